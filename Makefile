@@ -1,0 +1,35 @@
+# Two entry points: `make demo` (the main job) and `make test` (lint + test suite).
+# Both create .venv and install everything from this repository's own files.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint format clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/pip install -q -e ".[train,dev]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh
+
+test: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/python -m pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(STAMP)
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean:
+	rm -rf $(VENV) runs bundles build *.egg-info

@@ -1,0 +1,301 @@
+"""The Transformer of "Attention is all you need", written out explicitly.
+
+    model = Seq2SeqTransformer(ModelConfig(src_vocab_size=40, tgt_vocab_size=80))
+    memory = model.encode(src_ids)                          # (B, S, D)
+    logits = model.decode(tgt_in, memory, src_keep)         # (B, T, V), training, uncached
+    cross_k, cross_v = model.cross_kv(memory)               # (L, B, H, S, dh) each, once
+    logits, k, v = model.decode_step(ids, past_k, past_v, cross_k, cross_v, src_keep)
+
+Masks are boolean "keep" tensors: True where attention may look (a real token, or a position
+not in the future). Sources end with `</s>`; targets start with `<s>`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+from torch.nn import functional as F
+
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import InputTooLongError
+
+
+def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d)), PE(pos, 2i+1) = cos(...): (max_len, d_model)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (L, ceil(D/2))
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids -> vectors scaled by sqrt(d_model)."""
+
+    def __init__(self, vocab_size: int, d_model: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(vocab_size, d_model) * d_model**-0.5)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, ids: Tensor) -> Tensor:
+        """(B, T) int64 -> (B, T, D)."""
+        return F.embedding(ids, self.weight) * self.scale
+
+
+class PositionalEncoding(nn.Module):
+    """Adds row `offset + t` of a (max_len, D) table to position t; sinusoidal or learned."""
+
+    def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal") -> None:
+        super().__init__()
+        self.max_len = max_len
+        if kind == "learned":
+            self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
+        else:
+            self.register_buffer("table", sinusoidal_table(max_len, d_model))
+
+    def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
+        """(B, T, D) -> (B, T, D) with positions offset..offset+T-1 added."""
+        length = x.shape[1]
+        if isinstance(offset, int) and isinstance(length, int) and offset + length > self.max_len:
+            raise InputTooLongError(
+                f"sequence needs {offset + length} positions but the model's max_len is "
+                f"{self.max_len}; shorten the input or train with a larger max_len"
+            )
+        return x + self.table[offset : offset + length]
+
+
+class MultiHeadAttention(nn.Module):
+    """softmax(Q Kᵀ / sqrt(d_k)) V over n_heads heads, heads concatenated, times W_O."""
+
+    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+        super().__init__()
+        self.n_heads, self.d_head = n_heads, d_model // n_heads
+        self.w_q = nn.Linear(d_model, d_model)
+        self.w_k = nn.Linear(d_model, d_model)
+        self.w_v = nn.Linear(d_model, d_model)
+        self.w_o = nn.Linear(d_model, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def split(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, H, T, dh)."""
+        b, t, _ = x.shape
+        return x.view(b, t, self.n_heads, self.d_head).transpose(1, 2)
+
+    def merge(self, x: Tensor) -> Tensor:
+        """(B, H, T, dh) -> (B, T, D)."""
+        b, _, t, _ = x.shape
+        return x.transpose(1, 2).reshape(b, t, self.n_heads * self.d_head)
+
+    def project_kv(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of `x` (B, S, D): two (B, H, S, dh)."""
+        return self.split(self.w_k(x)), self.split(self.w_v(x))
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor) -> Tensor:
+        """q (B, H, T, dh), k/v (B, H, S, dh), keep broadcastable to (B, H, T, S) -> (B, T, D)."""
+        scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, S)
+        scores = scores.masked_fill(~keep, float("-inf"))
+        weights = self.dropout(torch.softmax(scores, dim=-1))
+        return self.w_o(self.merge(weights @ v))
+
+    def forward(self, x: Tensor, kv: Tensor, keep: Tensor) -> Tensor:
+        """Queries from x (B, T, D), keys/values from kv (B, S, D) -> (B, T, D)."""
+        k, v = self.project_kv(kv)
+        return self.attend(self.split(self.w_q(x)), k, v, keep)
+
+    def forward_cached(
+        self, x: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """Self-attention of new tokens x (B, N, D) over past (B, H, P, dh) plus themselves.
+
+        Returns the output (B, N, D) and the extended cache, two (B, H, P+N, dh).
+        """
+        k_new, v_new = self.project_kv(x)
+        k = torch.cat([past_k, k_new], dim=2)
+        v = torch.cat([past_v, v_new], dim=2)
+        return self.attend(self.split(self.w_q(x)), k, v, keep), k, v
+
+
+class FeedForward(nn.Module):
+    """W₂ act(W₁ x + b₁) + b₂, act = ReLU (the paper) or GELU."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(B, T, D) -> (B, T, D)."""
+        return self.w_2(self.dropout(self.act(self.w_1(x))))
+
+
+class Sublayer(nn.Module):
+    """Add & norm around f: post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.pre = cfg.norm == "pre"
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def inner(self, x: Tensor) -> Tensor:
+        """The input f sees: LN(x) in pre-norm, x in post-norm."""
+        return self.norm(x) if self.pre else x
+
+    def outer(self, x: Tensor, fx: Tensor) -> Tensor:
+        """Residual sum (normalised in post-norm)."""
+        y = x + self.dropout(fx)
+        return y if self.pre else self.norm(y)
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention then FFN, each wrapped in add & norm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.sub_attn, self.sub_ffn = Sublayer(cfg), Sublayer(cfg)
+
+    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
+        """x (B, S, D), keep (B, 1, 1, S) -> (B, S, D)."""
+        h = self.sub_attn.inner(x)
+        x = self.sub_attn.outer(x, self.self_attn(h, h, keep))
+        return self.sub_ffn.outer(x, self.ffn(self.sub_ffn.inner(x)))
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention over the memory, FFN; each with add & norm."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.sub_self, self.sub_cross, self.sub_ffn = Sublayer(cfg), Sublayer(cfg), Sublayer(cfg)
+
+    def forward(
+        self,
+        x: Tensor,
+        past_k: Tensor,
+        past_v: Tensor,
+        cross_k: Tensor,
+        cross_v: Tensor,
+        self_keep: Tensor,
+        cross_keep: Tensor,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """x (B, N, D); past (B, H, P, dh); cross (B, H, S, dh); self_keep (B|1, 1, N, P+N);
+        cross_keep (B, 1, 1, S) -> x (B, N, D) and the cache, two (B, H, P+N, dh)."""
+        h = self.sub_self.inner(x)
+        attn, k, v = self.self_attn.forward_cached(h, past_k, past_v, self_keep)
+        x = self.sub_self.outer(x, attn)
+        q = self.cross_attn.split(self.cross_attn.w_q(self.sub_cross.inner(x)))
+        x = self.sub_cross.outer(x, self.cross_attn.attend(q, cross_k, cross_v, cross_keep))
+        return self.sub_ffn.outer(x, self.ffn(self.sub_ffn.inner(x))), k, v
+
+
+class Seq2SeqTransformer(nn.Module):
+    """Encoder–decoder Transformer with an incremental, KV-cached decoder step."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        cfg.validate()
+        self.cfg = cfg
+        self.src_embed = TokenEmbedding(cfg.src_vocab_size, cfg.d_model)
+        self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.src_pos = PositionalEncoding(cfg.max_len, cfg.d_model, cfg.positional)
+        self.tgt_pos = PositionalEncoding(cfg.max_len, cfg.d_model, cfg.positional)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
+        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
+        pre = cfg.norm == "pre"  # pre-norm needs a final LayerNorm on each stack
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else None
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=not cfg.tie_output)
+        if cfg.tie_output:
+            self.output.weight = self.tgt_embed.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, nn.Linear) and module is not self.output:
+                nn.init.xavier_uniform_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    # -- encoder ----------------------------------------------------------------------------
+    def source_keep(self, src_ids: Tensor) -> Tensor:
+        """(B, S) int64 -> (B, S) bool, True at real (non-pad) tokens."""
+        return src_ids != self.cfg.pad_id
+
+    def encode(self, src_ids: Tensor, src_keep: Tensor | None = None) -> Tensor:
+        """src_ids (B, S) int64 -> memory (B, S, D)."""
+        if src_keep is None:
+            src_keep = self.source_keep(src_ids)
+        x = self.dropout(self.src_pos(self.src_embed(src_ids)))
+        keep = src_keep[:, None, None, :]  # (B, 1, 1, S)
+        for layer in self.encoder_layers:
+            x = layer(x, keep)
+        return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def cross_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """memory (B, S, D) -> cross-attention K and V of every decoder layer, (L, B, H, S, dh)."""
+        pairs = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
+        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+
+    # -- decoder ----------------------------------------------------------------------------
+    def empty_cache(self, batch: int, like: Tensor) -> tuple[Tensor, Tensor]:
+        """An empty self-attention cache: two (L, B, H, 0, dh) tensors."""
+        cfg = self.cfg
+        shape = (cfg.n_decoder_layers, batch, cfg.n_heads, 0, cfg.d_head)
+        return like.new_zeros(shape), like.new_zeros(shape)
+
+    def decode_step(
+        self,
+        input_ids: Tensor,
+        past_k: Tensor,
+        past_v: Tensor,
+        cross_k: Tensor,
+        cross_v: Tensor,
+        src_keep: Tensor,
+        tgt_keep: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """One incremental step.
+
+        input_ids (B, N) int64 at positions P..P+N-1, past_k/past_v (L, B, H, P, dh),
+        cross_k/cross_v (L, B, H, S, dh), src_keep (B, S) bool, optional tgt_keep (B, P+N)
+        bool hiding padded target positions -> logits (B, N, V), present_k/v (L, B, H, P+N, dh).
+        """
+        past_len, new_len = past_k.shape[3], input_ids.shape[1]
+        x = self.dropout(self.tgt_pos(self.tgt_embed(input_ids), offset=past_len))
+        q_pos = torch.arange(new_len, device=input_ids.device) + past_len  # (N,)
+        k_pos = torch.arange(past_len + new_len, device=input_ids.device)  # (P+N,)
+        self_keep = (k_pos[None, :] <= q_pos[:, None])[None, None]  # (1, 1, N, P+N)
+        if tgt_keep is not None:
+            self_keep = self_keep & tgt_keep[:, None, None, :]
+        cross_keep = src_keep[:, None, None, :]  # (B, 1, 1, S)
+        present_k, present_v = [], []
+        for i, layer in enumerate(self.decoder_layers):
+            x, k, v = layer(x, past_k[i], past_v[i], cross_k[i], cross_v[i], self_keep, cross_keep)
+            present_k.append(k)
+            present_v.append(v)
+        if self.decoder_norm is not None:
+            x = self.decoder_norm(x)
+        return self.output(x), torch.stack(present_k), torch.stack(present_v)
+
+    def decode(self, tgt_ids: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
+        """Full (uncached) decode for training: tgt_ids (B, T), memory (B, S, D) -> (B, T, V)."""
+        cross_k, cross_v = self.cross_kv(memory)
+        past_k, past_v = self.empty_cache(tgt_ids.shape[0], memory)
+        tgt_keep = tgt_ids != self.cfg.pad_id
+        logits, _, _ = self.decode_step(tgt_ids, past_k, past_v, cross_k, cross_v, src_keep, tgt_keep)
+        return logits
+
+    def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
+        """Teacher-forced logits: src_ids (B, S), tgt_ids (B, T) starting with <s> -> (B, T, V)."""
+        src_keep = self.source_keep(src_ids)
+        return self.decode(tgt_ids, self.encode(src_ids, src_keep), src_keep)

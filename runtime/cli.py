@@ -1,0 +1,91 @@
+"""The `edgeseq` command: one click group whose commands are imported only when run.
+
+Commands that need torch (train, evaluate, export, verify, bench) live in modules that import
+it; listing `edgeseq --help` imports none of them, so a torch-free install lists and runs
+`generate` and `inspect`. Every `EdgeseqError` is printed as one line, exit code 1.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+from .errors import EdgeseqError, MissingDependencyError
+
+# name -> ("module:attribute", short help shown by `edgeseq --help` without importing it)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "train": ("edgeseq.build_model.cli:train", "Train a model on a task; writes checkpoints."),
+    "evaluate": ("edgeseq.build_model.cli:evaluate", "Score a checkpoint on a task split."),
+    "export": ("edgeseq.export.cli:export", "Export a checkpoint to an ONNX bundle, with parity."),
+    "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
+    "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
+    "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
+}
+
+TORCH_EXTRA_HINT = "install the training extra: pip install 'edgeseq[train]'"
+
+
+class LazyGroup(click.Group):
+    """A group that imports a command's module only when that command is invoked."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        target, _ = COMMANDS[cmd_name]
+        module_name, attr = target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name and exc.name.split(".")[0] in {"torch", "onnx", "onnxscript", "safetensors"}:
+                raise MissingDependencyError(
+                    f"`edgeseq {cmd_name}` needs {exc.name.split('.')[0]}: {TORCH_EXTRA_HINT}"
+                ) from None
+            raise
+        return getattr(module, attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup)
+@click.version_option(package_name="edgeseq")
+def cli() -> None:
+    """edgeseq: encoder–decoder Transformers from PyTorch to ONNX, with parity evidence.
+
+    \b
+    Typical flow:
+      edgeseq train --task reverse --recipe models/recipes/tiny.json --out runs/rev
+      edgeseq export runs/rev/best --out bundles/rev
+      edgeseq generate bundles/rev "abcdef"
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: run the group, turning edgeseq errors into one line + exit 1."""
+    try:
+        cli.main(args=argv, prog_name="edgeseq", standalone_mode=False)
+    except EdgeseqError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,148 @@
+"""`ModelConfig`: the one description of a model, shared by training, export and runtime.
+
+It is a plain dataclass serialised as `config.json` (``indent=2, sort_keys=True``):
+
+    cfg = ModelConfig(src_vocab_size=40, tgt_vocab_size=80)
+    cfg.validate()                       # raises ConfigError naming every problem
+    ModelConfig.from_json(cfg.to_json()) == cfg
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+POSITIONAL_CHOICES = ("sinusoidal", "learned")
+NORM_CHOICES = ("post", "pre")
+ACTIVATION_CHOICES = ("relu", "gelu")
+
+
+@dataclass
+class ModelConfig:
+    """Hyper-parameters of an encoder–decoder Transformer."""
+
+    src_vocab_size: int  # rows of the source embedding
+    tgt_vocab_size: int  # rows of the target embedding = columns of the output projection
+    d_model: int = 256  # width of every residual stream
+    n_heads: int = 4  # attention heads; d_model must be divisible by it
+    n_encoder_layers: int = 3
+    n_decoder_layers: int = 3
+    d_ff: int = 1024  # hidden width of the position-wise feed-forward network
+    dropout: float = 0.1  # applied in training only
+    max_len: int = 256  # rows of the positional table = longest source or target sequence
+    positional: str = "sinusoidal"  # "sinusoidal" (the paper's formula) | "learned"
+    norm: str = "post"  # "post": x = LN(x + f(x)) as in the paper | "pre": x = x + f(LN(x))
+    activation: str = "relu"  # FFN non-linearity: "relu" | "gelu"
+    tie_output: bool = False  # output projection shares the target embedding matrix
+    layer_norm_eps: float = 1e-5
+    pad_id: int = 0  # special token ids (the same in source and target vocabularies)
+    bos_id: int = 1
+    eos_id: int = 2
+    unk_id: int = 3
+
+    @property
+    def d_head(self) -> int:
+        """Width of one attention head, d_model / n_heads."""
+        return self.d_model // self.n_heads
+
+    def problems(self) -> list[str]:
+        """Every problem with this configuration, as readable sentences (empty when valid)."""
+        out: list[str] = []
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "n_heads", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                out.append(f"{name} must be a positive integer, got {value!r}")
+        for name in ("n_encoder_layers", "n_decoder_layers"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                out.append(f"{name} must be an integer >= 1, got {value!r}")
+        if (
+            isinstance(self.d_model, int)
+            and isinstance(self.n_heads, int)
+            and self.n_heads > 0
+            and self.d_model % self.n_heads != 0
+        ):
+            out.append(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+        if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
+            out.append(f"dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
+            out.append(f"layer_norm_eps must be positive, got {self.layer_norm_eps!r}")
+        for name, choices in (
+            ("positional", POSITIONAL_CHOICES),
+            ("norm", NORM_CHOICES),
+            ("activation", ACTIVATION_CHOICES),
+        ):
+            if getattr(self, name) not in choices:
+                out.append(f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+        if not isinstance(self.tie_output, bool):
+            out.append(f"tie_output must be true or false, got {self.tie_output!r}")
+        ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
+        ids["unk_id"] = self.unk_id
+        smallest = min(
+            (v for v in (self.src_vocab_size, self.tgt_vocab_size) if isinstance(v, int)),
+            default=0,
+        )
+        for name, value in ids.items():
+            if not isinstance(value, int) or value < 0 or (smallest and value >= smallest):
+                out.append(f"{name} must be an id below both vocabulary sizes, got {value!r}")
+        if len(set(ids.values())) != len(ids):
+            out.append(f"special token ids must be distinct, got {ids}")
+        return out
+
+    def validate(self) -> ModelConfig:
+        """Raise one `ConfigError` naming every problem; return self when valid."""
+        problems = self.problems()
+        if problems:
+            raise ConfigError(
+                "invalid model config: " + "; ".join(problems) + ". Fix the recipe or config.json."
+            )
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every field."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        """Build from a dict; unknown or missing keys raise `ConfigError`."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"a model config must be a JSON object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ConfigError(
+                f"unknown model config keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+            )
+        missing = [k for k in ("src_vocab_size", "tgt_vocab_size") if k not in data]
+        if missing:
+            raise ConfigError(f"model config lacks required keys: {', '.join(missing)}")
+        return cls(**data)
+
+    def to_json(self) -> str:
+        """JSON text, `indent=2, sort_keys=True`."""
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> ModelConfig:
+        """Parse JSON text written by `to_json`."""
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"model config is not valid JSON: {exc}") from None
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        """Write `config.json`-style JSON to `path`."""
+        Path(path).write_text(self.to_json(), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> ModelConfig:
+        """Read and validate a config file."""
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"model config {path} does not exist")
+        return cls.from_json(path.read_text(encoding="utf-8")).validate()

@@ -1,0 +1,54 @@
+"""The seam between search and engine: a decoder that can be stepped.
+
+Search algorithms (`runtime/search.py`) are written once against `StepModel`; the ONNX
+bundle (`runtime/ort_step.py`) and PyTorch (`build_model/torch_step.py`) each implement it,
+so parity compares engines, not two copies of the search.
+
+    state = model.start(src_ids)                 # run the encoder, empty self-attention cache
+    logits, state = model.step(state, input_ids) # (B, N, V) float32 for tokens at past_len..
+    state = model.select(state, rows)            # keep / repeat / reorder batch rows
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+
+@runtime_checkable
+class StepState(Protocol):
+    """Engine-specific decoder state: cross K/V, source mask and self-attention cache."""
+
+    @property
+    def batch(self) -> int:
+        """Rows in the state."""
+        ...
+
+    @property
+    def past_len(self) -> int:
+        """Target positions already in the cache (the position of the next token)."""
+        ...
+
+
+@runtime_checkable
+class StepModel(Protocol):
+    """An encoder–decoder that search can drive one step at a time."""
+
+    max_len: int  # positional table rows: past_len + new_len must stay <= max_len
+    vocab_size: int  # target vocabulary size (logits width)
+    bos_id: int
+    eos_id: int
+    pad_id: int
+
+    def start(self, src_ids: np.ndarray) -> StepState:
+        """Encode `src_ids` int64 (B, S), right-padded with pad_id; empty cache."""
+        ...
+
+    def step(self, state: StepState, input_ids: np.ndarray) -> tuple[np.ndarray, StepState]:
+        """Feed input_ids int64 (B, N) -> logits float32 (B, N, V) and the extended state."""
+        ...
+
+    def select(self, state: StepState, rows: np.ndarray) -> StepState:
+        """A state holding batch rows `rows` (int64 (B',), may repeat) of `state`."""
+        ...
