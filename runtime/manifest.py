@@ -1,0 +1,97 @@
+"""`manifest.json`: what a bundle contains and the evidence it carries.
+
+Written by `edgeseq.export` (``write_manifest``), checked by the runtime (``check_files``)::
+
+    {
+      "format_version": 1,                 # BUNDLE_FORMAT_VERSION of the writer
+      "edgeseq_version": "0.1.0",
+      "created_utc": "2026-11-21T23:59:00Z",
+      "min_onnxruntime": "1.17.0",         # oldest onnxruntime that can run the graphs
+      "opset": 20, "ir_version": 10,
+      "exporter": {"torch": "...", "onnx": "...", "onnxscript": "...", "onnxruntime": "..."},
+      "files": {"encoder.onnx": {"sha256": "…", "bytes": 123}, ...},   # every file but this one
+      "variants": {"fp32": {"encoder": "encoder.onnx", "decoder": "decoder.onnx",
+                            "verified": true, ...}},
+      "parity": {...}                      # the report measured at export
+    }
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from .constants import BUNDLE_FORMAT_VERSION, MANIFEST_FILE
+from .errors import BundleError
+
+CHUNK = 1 << 20
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(CHUNK), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def files_table(directory: str | Path) -> dict[str, dict[str, Any]]:
+    """{name: {"sha256", "bytes"}} of every regular file in `directory` but the manifest."""
+    directory = Path(directory)
+    table = {}
+    for path in sorted(directory.rglob("*")):
+        name = path.relative_to(directory).as_posix()
+        if path.is_file() and name != MANIFEST_FILE:
+            table[name] = {"sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return table
+
+
+def write_manifest(directory: str | Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """Add the files table and format version to `manifest` and write it; return it."""
+    directory = Path(directory)
+    full = dict(manifest, format_version=BUNDLE_FORMAT_VERSION, files=files_table(directory))
+    text = json.dumps(full, indent=2, sort_keys=True) + "\n"
+    (directory / MANIFEST_FILE).write_text(text, encoding="utf-8")
+    return full
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """Parse `manifest.json`; refuse a missing, unreadable or too-new one."""
+    path = Path(directory) / MANIFEST_FILE
+    if not path.is_file():
+        raise BundleError(f"{path} is missing: {directory} is not an edgeseq bundle (re-export it)")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BundleError(f"{path} is not valid JSON ({exc}); re-export the bundle") from None
+    version = manifest.get("format_version")
+    if not isinstance(version, int) or version > BUNDLE_FORMAT_VERSION:
+        raise BundleError(
+            f"{path} has format version {version!r}, this edgeseq reads up to "
+            f"{BUNDLE_FORMAT_VERSION}: upgrade edgeseq (pip install -U edgeseq)"
+        )
+    return manifest
+
+
+def check_files(
+    directory: str | Path, manifest: dict[str, Any], names: list[str] | None = None
+) -> None:
+    """Verify the sha256 of `names` (default: every file listed); raise BundleError naming
+    the first missing or tampered file."""
+    directory = Path(directory)
+    table = manifest.get("files", {})
+    for name in names if names is not None else sorted(table):
+        entry = table.get(name)
+        path = directory / name
+        if entry is None:
+            raise BundleError(f"{name} is not listed in {directory / MANIFEST_FILE}; re-export")
+        if not path.is_file():
+            raise BundleError(f"{path} is missing from the bundle; re-export or copy it again")
+        if sha256_file(path) != entry.get("sha256"):
+            raise BundleError(
+                f"{path} does not match its sha256 in the manifest (tampered or corrupted); "
+                "re-export or copy the bundle again"
+            )
