@@ -1,0 +1,256 @@
+"""Export the encoder and decoder-step graphs with `torch.onnx.export(dynamo=True)`.
+
+    encoder_info = export_encoder(model, "b/encoder.onnx")     # GraphInfo: sizes, time, io
+    decoder_info = export_decoder(model, "b/decoder.onnx", opset=20)
+
+Every axis named in `runtime/constants.py` (batch, src_len, past_len, new_len) is dynamic.
+The dynamo exporter specialises an axis whose example size is 0 or 1, so the example inputs
+use sizes >= 2 everywhere (past_len = 0 is tested afterwards, not traced). Each graph is
+checked with `onnx.checker.check_model(full_check=True)`, its input and output names are
+compared with the constants, key config values go into `metadata_props`, and the weights
+are stored inside the .onnx file (no external data).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import sys
+import time
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+from onnx.external_data_helper import uses_external_data
+from torch.export import Dim
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import EdgeseqError
+
+from .wrappers import OnnxDecoderStep, OnnxEncoder
+
+MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
+EXAMPLE_SIZE = {C.BATCH: 2, C.SRC_LEN: 5, C.PAST_LEN: 3, C.NEW_LEN: 2}  # all >= 2: see above
+METADATA_KEYS = (
+    "src_vocab_size",
+    "tgt_vocab_size",
+    "d_model",
+    "n_heads",
+    "n_encoder_layers",
+    "n_decoder_layers",
+    "d_ff",
+    "max_len",
+    "positional",
+    "norm",
+    "activation",
+    "tie_output",
+    "pad_id",
+    "bos_id",
+    "eos_id",
+    "unk_id",
+)
+ONNX_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64"}
+ONNX_DTYPES[onnx.TensorProto.BOOL] = "bool"
+ONNX_DTYPES[onnx.TensorProto.FLOAT16] = "float16"
+
+
+class ExportError(EdgeseqError):
+    """The exporter produced a graph that breaks the bundle contract (names, opset, data)."""
+
+
+@dataclass
+class GraphInfo:
+    """What `export_encoder` / `export_decoder` wrote."""
+
+    path: Path
+    bytes: int
+    seconds: float
+    opset: int
+    ir_version: int
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # {"name", "dtype", "shape"}
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+
+
+def edgeseq_version() -> str:
+    """Installed edgeseq version ("unknown" when run from an uninstalled tree)."""
+    try:
+        return metadata.version("edgeseq")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@contextlib.contextmanager
+def quiet_exporter() -> Iterator[io.StringIO]:
+    """Silence the exporter's progress prints, warnings and log lines (errors still raise).
+
+    Yields the captured stdout; when the block raises, it is replayed on stderr."""
+    captured = io.StringIO()
+    loggers = [logging.getLogger(name) for name in ("torch.onnx", "torch.export", "onnxscript")]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(captured):
+            warnings.simplefilter("ignore")
+            yield captured
+    except BaseException:
+        sys.stderr.write(captured.getvalue())
+        raise
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+
+
+def _dims(cfg: ModelConfig) -> dict[str, Dim]:
+    """The dynamic axes, bounded by the positional table where positions are involved."""
+    return {
+        C.BATCH: Dim(C.BATCH, min=1),
+        C.SRC_LEN: Dim(C.SRC_LEN, min=1, max=cfg.max_len),
+        C.PAST_LEN: Dim(C.PAST_LEN, min=0, max=cfg.max_len),
+        C.NEW_LEN: Dim(C.NEW_LEN, min=1, max=cfg.max_len),
+    }
+
+
+def _export(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    dynamic_shapes: dict[str, dict[int, Dim]],
+    input_names: tuple[str, ...],
+    output_names: tuple[str, ...],
+    opset: int | None,
+) -> onnx.ModelProto:
+    """Run the dynamo exporter quietly and return the in-memory model (weights embedded)."""
+    if opset is not None and opset < MIN_OPSET:
+        raise ExportError(f"opset {opset} is too old; use --opset {MIN_OPSET} or newer")
+    with quiet_exporter(), torch.no_grad():
+        program = torch.onnx.export(
+            module.eval(),
+            args,
+            dynamo=True,
+            input_names=list(input_names),
+            output_names=list(output_names),
+            dynamic_shapes=dynamic_shapes,
+            opset_version=opset,
+            optimize=True,
+        )
+        return program.model_proto
+
+
+def _value_info(values: Any) -> list[dict[str, Any]]:
+    """[{"name", "dtype", "shape"}] of graph inputs/outputs; symbolic dims as their names."""
+    out = []
+    for value in values:
+        tensor_type = value.type.tensor_type
+        shape = [d.dim_param if d.dim_param else d.dim_value for d in tensor_type.shape.dim]
+        dtype = ONNX_DTYPES.get(tensor_type.elem_type, str(tensor_type.elem_type))
+        out.append({"name": value.name, "dtype": dtype, "shape": shape})
+    return out
+
+
+def finish_graph(
+    proto: onnx.ModelProto,
+    path: str | Path,
+    cfg: ModelConfig,
+    graph: str,
+    input_names: tuple[str, ...],
+    output_names: tuple[str, ...],
+) -> tuple[int, int, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Check names and data location, add metadata, full-check and save `proto` to `path`.
+
+    Returns (opset, ir_version, inputs, outputs)."""
+    got_in = tuple(v.name for v in proto.graph.input)
+    got_out = tuple(v.name for v in proto.graph.output)
+    if got_in != input_names or got_out != output_names:
+        raise ExportError(
+            f"{graph} graph has inputs {got_in} and outputs {got_out}; the bundle contract "
+            f"(runtime/constants.py) needs {input_names} and {output_names}"
+        )
+    external = [t.name for t in proto.graph.initializer if uses_external_data(t)]
+    if external:
+        raise ExportError(f"{graph} graph keeps weights in external files: {external[:3]}")
+    values = {key: getattr(cfg, key) for key in METADATA_KEYS}
+    values.update(graph=graph, edgeseq_version=edgeseq_version(), d_head=cfg.d_head)
+    del proto.metadata_props[:]
+    for key, value in sorted(values.items()):
+        entry = proto.metadata_props.add()
+        entry.key = f"edgeseq.{key}"
+        entry.value = str(value).lower() if isinstance(value, bool) else str(value)
+    proto.producer_name = f"edgeseq {edgeseq_version()} via {proto.producer_name or 'torch'}"
+    onnx.checker.check_model(proto, full_check=True)
+    onnx.save_model(proto, str(path), save_as_external_data=False)
+    opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
+    return opset, proto.ir_version, _value_info(proto.graph.input), _value_info(proto.graph.output)
+
+
+def _run(
+    module: torch.nn.Module,
+    args: tuple[torch.Tensor, ...],
+    dynamic_shapes: dict[str, dict[int, Dim]],
+    names: tuple[tuple[str, ...], tuple[str, ...]],
+    cfg: ModelConfig,
+    graph: str,
+    path: str | Path,
+    opset: int | None,
+) -> GraphInfo:
+    start = time.perf_counter()
+    proto = _export(module, args, dynamic_shapes, *names, opset)
+    opset_used, ir_version, inputs, outputs = finish_graph(proto, path, cfg, graph, *names)
+    path = Path(path)
+    seconds = time.perf_counter() - start
+    return GraphInfo(path, path.stat().st_size, seconds, opset_used, ir_version, inputs, outputs)
+
+
+def export_encoder(
+    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None
+) -> GraphInfo:
+    """Write the encoder graph (see `OnnxEncoder`) to `path`."""
+    cfg, dims = model.cfg, _dims(model.cfg)
+    batch, src_len = EXAMPLE_SIZE[C.BATCH], EXAMPLE_SIZE[C.SRC_LEN]
+    src_ids = torch.randint(len(C.SPECIAL_TOKENS), cfg.src_vocab_size, (batch, src_len))
+    dynamic = {C.SRC_IDS: {0: dims[C.BATCH], 1: dims[C.SRC_LEN]}}
+    names = (C.ENCODER_INPUTS, C.ENCODER_OUTPUTS)
+    return _run(OnnxEncoder(model), (src_ids,), dynamic, names, cfg, "encoder", path, opset)
+
+
+def decoder_example(cfg: ModelConfig) -> tuple[torch.Tensor, ...]:
+    """Example inputs of the decoder step, every dynamic axis of size >= 2."""
+    batch, src_len = EXAMPLE_SIZE[C.BATCH], EXAMPLE_SIZE[C.SRC_LEN]
+    past_len, new_len = EXAMPLE_SIZE[C.PAST_LEN], EXAMPLE_SIZE[C.NEW_LEN]
+    layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
+    return (
+        torch.randint(len(C.SPECIAL_TOKENS), cfg.tgt_vocab_size, (batch, new_len)),
+        torch.randn(layers, batch, heads, past_len, d_head),
+        torch.randn(layers, batch, heads, past_len, d_head),
+        torch.randn(layers, batch, heads, src_len, d_head),
+        torch.randn(layers, batch, heads, src_len, d_head),
+        torch.ones(batch, src_len, dtype=torch.bool),
+    )
+
+
+def export_decoder(
+    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None
+) -> GraphInfo:
+    """Write the decoder-step graph (see `OnnxDecoderStep`) to `path`."""
+    dims = _dims(model.cfg)
+    batch, src_len, past_len = dims[C.BATCH], dims[C.SRC_LEN], dims[C.PAST_LEN]
+    cache = {1: batch, 3: past_len}
+    cross = {1: batch, 3: src_len}
+    dynamic = {
+        C.INPUT_IDS: {0: batch, 1: dims[C.NEW_LEN]},
+        C.PAST_K: cache,
+        C.PAST_V: cache,
+        C.CROSS_K: cross,
+        C.CROSS_V: cross,
+        C.SRC_MASK: {0: batch, 1: src_len},
+    }
+    args = decoder_example(model.cfg)
+    names = (C.DECODER_INPUTS, C.DECODER_OUTPUTS)
+    return _run(OnnxDecoderStep(model), args, dynamic, names, model.cfg, "decoder", path, opset)
