@@ -1,0 +1,225 @@
+"""Write a bundle: both graphs, config.json, tokenizer file(s), manifest.json with parity.
+
+    manifest = export_bundle(model, tokenizers, "bundles/rev", task=meta.task,
+                             sources=held_out_ids, source_description="reverse dev")
+
+The recipe is load -> export encoder -> export decoder -> check -> parity -> write. Every file
+is written into a hidden temporary sibling of the target (``.NAME.tmp-XXXX``) that is renamed
+into place only when everything succeeded, so an exception, a failed parity check or Ctrl-C
+leaves neither a partial bundle nor the temporary directory. An existing target is replaced
+only with ``force=True``. The format is documented in docs/bundle.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.manifest import write_manifest
+from edgeseq.runtime.tokenizer import TokenizerPair
+
+from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
+from .verify import LEVEL3_MIN_INPUTS, check_parity, open_engine, random_sources, run_parity
+
+# Oldest onnxruntime able to load a graph of this IR version / default-domain opset
+# (onnxruntime's version matrix); a higher value than listed falls back to the installed one.
+MIN_ORT_FOR_IR = {8: "1.14.0", 9: "1.15.0", 10: "1.18.0"}
+MIN_ORT_FOR_OPSET = {18: "1.14.0", 19: "1.15.0", 20: "1.17.0", 21: "1.18.0"}
+
+Progress = Callable[[str], None]
+
+
+class OutputExistsError(BundleError):
+    """The export target exists and `force` was not given."""
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def exporter_versions() -> dict[str, str]:
+    """Versions of the packages that produced and verified the graphs."""
+    ort = [_version(p) for p in ("onnxruntime-gpu", "onnxruntime")]
+    return {
+        "torch": _version("torch"),
+        "onnx": _version("onnx"),
+        "onnxscript": _version("onnxscript"),
+        "onnxruntime": next((v for v in ort if v != "not installed"), "not installed"),
+    }
+
+
+def _key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("+")[0].split(".")[:3] if part.isdigit())
+
+
+def min_onnxruntime(opset: int, ir_version: int) -> str:
+    """Oldest onnxruntime that runs graphs of `opset` and `ir_version`."""
+    installed = exporter_versions()["onnxruntime"]
+    candidates = [
+        MIN_ORT_FOR_IR.get(ir_version, installed),
+        MIN_ORT_FOR_OPSET.get(opset, installed),
+    ]
+    return max(candidates, key=_key)
+
+
+def bundle_config(
+    model: Seq2SeqTransformer,
+    tokenizer_files: list[str],
+    encoder: GraphInfo,
+    decoder: GraphInfo,
+    task: dict[str, Any] | None,
+) -> dict[str, Any]:
+    """The content of a bundle's config.json (see docs/bundle.md)."""
+    cfg = model.cfg
+    ids = {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
+    tokens = dict(zip(ids, C.SPECIAL_TOKENS, strict=True))
+    return {
+        "model": cfg.to_dict(),
+        "special_tokens": {role: {"id": i, "token": tokens[role]} for role, i in ids.items()},
+        "io": {
+            "encoder": {"inputs": encoder.inputs, "outputs": encoder.outputs},
+            "decoder": {"inputs": decoder.inputs, "outputs": decoder.outputs},
+        },
+        "tokenizers": {"source": tokenizer_files[0], "target": tokenizer_files[-1]},
+        "task": task,
+    }
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def _replace(tmp: Path, out: Path) -> None:
+    """Move `tmp` to `out`, replacing whatever is there (only called with force or none)."""
+    old = None
+    if out.exists() or out.is_symlink():
+        old = out.parent / f".{out.name}.old-{os.getpid()}"
+        os.replace(out, old)
+    os.replace(tmp, out)
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def export_bundle(
+    model: Seq2SeqTransformer,
+    tokenizers: TokenizerPair,
+    out: str | Path,
+    *,
+    task: dict[str, Any] | None = None,
+    sources: Sequence[Sequence[int]] | None = None,
+    texts: Sequence[str] | None = None,
+    source_description: str | None = None,
+    opset: int | None = None,
+    force: bool = False,
+    verify: bool = True,
+    max_new_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Export `model` to a bundle directory `out` and return its manifest.
+
+    `sources` are held-out source id lists (each ending with `</s>`) for parity level 3
+    (`texts` their strings, for the report); without them LEVEL3_MIN_INPUTS random sources
+    are used. With `verify`, a parity failure raises `ParityError` and writes nothing."""
+    say = progress or (lambda _: None)
+    out = Path(out)
+    if (out.exists() or out.is_symlink()) and not force:
+        raise OutputExistsError(f"{out} already exists; pass --force to replace it")
+    model.eval()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"
+    tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
+    try:
+        manifest = _write_into(
+            model, tokenizers, tmp, task, sources, texts, source_description,
+            opset, verify, max_new_tokens, say,
+        )  # fmt: skip
+        if (out.exists() or out.is_symlink()) and not force:
+            raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
+        _replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    say(f"wrote {out}")
+    return manifest
+
+
+def _write_into(
+    model: Seq2SeqTransformer,
+    tokenizers: TokenizerPair,
+    directory: Path,
+    task: dict[str, Any] | None,
+    sources: Sequence[Sequence[int]] | None,
+    texts: Sequence[str] | None,
+    source_description: str | None,
+    opset: int | None,
+    verify: bool,
+    max_new_tokens: int | None,
+    say: Progress,
+) -> dict[str, Any]:
+    """Every step of `export_bundle` inside the (temporary) `directory`."""
+    start = time.perf_counter()
+    say("export encoder")
+    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset)
+    say(f"  {C.ENCODER_FILE}: {encoder.bytes / 1e6:.2f} MB in {encoder.seconds:.1f} s")
+    say("export decoder")
+    decoder = export_decoder(model, directory / C.DECODER_FILE, opset)
+    say(f"  {C.DECODER_FILE}: {decoder.bytes / 1e6:.2f} MB in {decoder.seconds:.1f} s")
+    if (encoder.opset, encoder.ir_version) != (decoder.opset, decoder.ir_version):
+        raise BundleError("encoder and decoder were exported with different opsets")
+    say(f"check: onnx checker (full) passed, opset {encoder.opset}, IR {encoder.ir_version}")
+    parity: dict[str, Any] = {"skipped": True}
+    if verify:
+        engine = open_engine(encoder.path, decoder.path, model.cfg)
+        if sources is None:
+            sources, texts = random_sources(model, LEVEL3_MIN_INPUTS), None
+            source_description = source_description or "random sources"
+        parity = run_parity(
+            model,
+            engine,
+            sources,
+            source_description=source_description or "held-out sources",
+            texts=texts,
+            max_new_tokens=max_new_tokens,
+            progress=say,
+        )
+        check_parity(parity)
+    say("write config, tokenizers, manifest")
+    tokenizer_files = tokenizers.save(directory)
+    _write_json(
+        directory / C.CONFIG_FILE, bundle_config(model, tokenizer_files, encoder, decoder, task)
+    )
+    graphs = {
+        "encoder": {"bytes": encoder.bytes, "export_seconds": round(encoder.seconds, 2)},
+        "decoder": {"bytes": decoder.bytes, "export_seconds": round(decoder.seconds, 2)},
+    }
+    variant = {"encoder": C.ENCODER_FILE, "decoder": C.DECODER_FILE, "verified": verify}
+    manifest = {
+        "edgeseq_version": edgeseq_version(),
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "min_onnxruntime": min_onnxruntime(encoder.opset, encoder.ir_version),
+        "opset": encoder.opset,
+        "ir_version": encoder.ir_version,
+        "exporter": exporter_versions(),
+        "graphs": graphs,
+        "export_seconds": round(time.perf_counter() - start, 2),
+        "variants": {"fp32": variant},
+        "parity": parity,
+    }
+    return write_manifest(directory, manifest)

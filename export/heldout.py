@@ -1,0 +1,68 @@
+"""Held-out inputs for parity level 3: the checkpoint's task (dev, then test split) or random.
+
+held = heldout_sources(meta.task, tokenizers, model, n=200)
+held.sources[0]      # [12, 7, 9, 2]: source ids ending with </s>
+held.texts[0]        # "abc" (None for random sources)
+held.description     # "task reverse, dev split (200 of 1000)"
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.runtime.errors import EdgeseqError
+from edgeseq.runtime.tokenizer import TokenizerPair
+
+from .verify import LEVEL3_MIN_INPUTS, random_sources
+
+
+@dataclass
+class HeldOut:
+    """Source id lists for level 3, their texts when known, and where they came from."""
+
+    sources: list[list[int]]
+    texts: list[str] | None
+    description: str
+
+
+def heldout_sources(
+    task: dict[str, Any] | None,
+    tokenizers: TokenizerPair,
+    model: Seq2SeqTransformer,
+    n: int = LEVEL3_MIN_INPUTS,
+    seed: int = 0,
+) -> HeldOut:
+    """Up to `n` distinct sources of the task's dev split (topped up from test) that fit
+    `max_len`; random sources when there is no task or it cannot be loaded."""
+    if not task:
+        return HeldOut(random_sources(model, n, seed), None, "random sources (no task)")
+    from edgeseq.build_model.tasks import load_task  # torch-free, but loads data: import late
+
+    name = task.get("name", "?")
+    try:
+        loaded = load_task(name, **task.get("options", {}))
+    except EdgeseqError as exc:
+        reason = f"random sources (task {name} unavailable: {exc})"
+        return HeldOut(random_sources(model, n, seed), None, reason)
+    cfg, eos = model.cfg, tokenizers.source.eos_id
+    sources, texts, used = [], [], []
+    seen: set[str] = set()
+    for split in ("dev", "test"):
+        taken = 0
+        for text, _ in loaded.split(split):
+            if len(sources) == n:
+                break
+            ids = [*tokenizers.source.encode(text), eos]
+            if text in seen or len(ids) > cfg.max_len:
+                continue
+            seen.add(text)
+            sources.append(ids)
+            texts.append(text)
+            taken += 1
+        if taken:
+            used.append(f"{split} {taken}")
+    if not sources:
+        return HeldOut(random_sources(model, n, seed), None, f"random sources (task {name} empty)")
+    return HeldOut(sources, texts, f"task {name}: {', '.join(used)}")

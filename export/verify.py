@@ -1,0 +1,340 @@
+"""Parity evidence: do the exported graphs compute what the PyTorch model computes?
+
+    engine = OrtStep.from_files("b/encoder.onnx", "b/decoder.onnx", model.cfg)
+    report = run_parity(model, engine, sources)     # sources: held-out source id lists
+    print(format_report(report))
+    check_parity(report)                            # ParityError carrying the report
+
+Three levels, each reported with its numbers:
+1. per graph: every output vs PyTorch over batch x src_len x past_len x new_len grids;
+2. per step: decoder logits along a greedy decode vs PyTorch's cached `decode_step` and its
+   uncached full `decode` of the same tokens;
+3. end to end: greedy sequences of `OrtStep` and `TorchStep` driven by the same
+   `greedy_search`; a mismatch is reported with its first divergent step and top-2 logits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import torch
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.build_model.torch_step import TorchStep
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.cli_bundle import format_parity
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import ParityError
+from edgeseq.runtime.ort_step import OrtStep
+from edgeseq.runtime.search import greedy_search
+from edgeseq.runtime.step import StepModel
+
+TOLERANCE_FP32 = 1e-4  # max |Δ| of any fp32 output vs PyTorch
+LEVEL1_BATCHES = (1, 3)
+LEVEL1_SRC_LENS = (1, 7, 23)
+LEVEL1_PAST_LENS = (0, 1, 9)
+LEVEL1_NEW_LENS = (1, 4)
+LEVEL2_ROWS = 8  # held-out inputs decoded together at level 2
+LEVEL2_MAX_STEPS = 32
+LEVEL3_MIN_INPUTS = 200
+LEVEL3_BATCH = 32
+MAX_REPORTED_MISMATCHES = 5
+
+Progress = Callable[[str], None]
+
+
+@contextlib.contextmanager
+def single_thread() -> Iterator[None]:
+    """Run torch on one thread: on a small shared machine two threads were 10x slower for
+    these tiny per-step kernels, and parity does not measure speed."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def open_engine(encoder: str | Path, decoder: str | Path, config: ModelConfig) -> OrtStep:
+    """onnxruntime CPU sessions of both graphs (one intra-op thread) behind `OrtStep`."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    return OrtStep.from_files(encoder, decoder, config, ["CPUExecutionProvider"], options)
+
+
+def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b|; inf when the shapes differ."""
+    if a.shape != b.shape:
+        return float("inf")
+    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
+
+
+def _padded(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
+    """Right-pad id lists into int64 (B, longest)."""
+    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=np.int64)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = row
+    return out
+
+
+def random_sources(model: Seq2SeqTransformer, n: int, seed: int = 0) -> list[list[int]]:
+    """`n` random source id lists (non-special ids, then `</s>`), lengths 1..min(24, max_len)."""
+    cfg, rng = model.cfg, np.random.default_rng(seed)
+    longest = min(24, cfg.max_len)
+    lengths = rng.integers(1, longest + 1, size=n)
+    first = len(C.SPECIAL_TOKENS)
+    return [
+        [*rng.integers(first, cfg.src_vocab_size, size=k - 1).tolist(), cfg.eos_id] for k in lengths
+    ]
+
+
+def _random_mask(rng: np.random.Generator, batch: int, length: int) -> np.ndarray:
+    """(B, S) bool: row 0 fully real, other rows real up to a random length >= 1."""
+    lengths = rng.integers(1, length + 1, size=batch)
+    lengths[0] = length
+    return np.arange(length)[None, :] < lengths[:, None]
+
+
+# -- level 1 ---------------------------------------------------------------------------------
+def level1_graphs(model: Seq2SeqTransformer, engine: OrtStep, seed: int = 0) -> dict[str, Any]:
+    """Every output of both graphs vs PyTorch over the LEVEL1_* grids (max |Δ| per output)."""
+    cfg, rng = model.cfg, np.random.default_rng(seed)
+    first = len(C.SPECIAL_TOKENS)
+    worst = dict.fromkeys(C.ENCODER_OUTPUTS + C.DECODER_OUTPUTS, 0.0)
+    worst_case: dict[str, Any] = {}
+    encoder_cases = decoder_cases = 0
+    for batch, src_len in itertools.product(LEVEL1_BATCHES, LEVEL1_SRC_LENS):
+        if src_len > cfg.max_len:
+            continue
+        keep = _random_mask(rng, batch, src_len)
+        src = np.where(keep, rng.integers(first, cfg.src_vocab_size, (batch, src_len)), cfg.pad_id)
+        with torch.no_grad():
+            src_t = torch.from_numpy(src)
+            memory = model.encode(src_t, model.source_keep(src_t))
+            expected = (memory, *model.cross_kv(memory))
+        got = engine.encoder.run(list(C.ENCODER_OUTPUTS), {C.SRC_IDS: src})
+        for name, want, have in zip(C.ENCODER_OUTPUTS, expected, got, strict=True):
+            diff = _max_diff(want.numpy(), have)
+            if diff > worst[name]:
+                worst[name] = diff
+                worst_case[name] = {"batch": batch, "src_len": src_len}
+        encoder_cases += 1
+    grid = itertools.product(LEVEL1_BATCHES, LEVEL1_SRC_LENS, LEVEL1_PAST_LENS, LEVEL1_NEW_LENS)
+
+    def shape(batch: int, length: int) -> tuple[int, ...]:  # (L, B, H, length, dh)
+        return (cfg.n_decoder_layers, batch, cfg.n_heads, length, cfg.d_head)
+
+    for batch, src_len, past_len, new_len in grid:
+        if src_len > cfg.max_len or past_len + new_len > cfg.max_len:
+            continue
+        feeds = {
+            C.INPUT_IDS: rng.integers(first, cfg.tgt_vocab_size, (batch, new_len)),
+            C.PAST_K: rng.standard_normal(shape(batch, past_len), dtype=np.float32),
+            C.PAST_V: rng.standard_normal(shape(batch, past_len), dtype=np.float32),
+            C.CROSS_K: rng.standard_normal(shape(batch, src_len), dtype=np.float32),
+            C.CROSS_V: rng.standard_normal(shape(batch, src_len), dtype=np.float32),
+            C.SRC_MASK: _random_mask(rng, batch, src_len),
+        }
+        with torch.no_grad():
+            args = [torch.from_numpy(feeds[name]) for name in C.DECODER_INPUTS]
+            expected = model.decode_step(*args)
+        got = engine.decoder.run(list(C.DECODER_OUTPUTS), feeds)
+        for name, want, have in zip(C.DECODER_OUTPUTS, expected, got, strict=True):
+            diff = _max_diff(want.numpy(), have)
+            if diff > worst[name]:
+                worst[name] = diff
+                worst_case[name] = {
+                    "batch": batch,
+                    "src_len": src_len,
+                    "past_len": past_len,
+                    "new_len": new_len,
+                }
+        decoder_cases += 1
+    return {
+        "passed": all(d <= TOLERANCE_FP32 for d in worst.values()),
+        "encoder_cases": encoder_cases,
+        "decoder_cases": decoder_cases,
+        "max_abs_diff": worst,
+        "worst_case": worst_case,
+    }
+
+
+# -- level 2 ---------------------------------------------------------------------------------
+def level2_steps(
+    model: Seq2SeqTransformer, engine: OrtStep, sources: Sequence[Sequence[int]]
+) -> dict[str, Any]:
+    """Decoder logits at every step of one greedy decode (driven by onnxruntime's arg-max,
+    `<pad>` excluded so the uncached decode sees no padding) vs PyTorch cached and uncached."""
+    cfg = model.cfg
+    src = _padded(sources[:LEVEL2_ROWS], cfg.pad_id)
+    steps = min(LEVEL2_MAX_STEPS, cfg.max_len)
+    state = engine.start(src)
+    with torch.no_grad():
+        src_t = torch.from_numpy(src)
+        keep = model.source_keep(src_t)
+        memory = model.encode(src_t, keep)
+        cross_k, cross_v = model.cross_kv(memory)
+        past_k, past_v = model.empty_cache(src.shape[0], memory)
+        tokens = np.full((src.shape[0], 1), cfg.bos_id, dtype=np.int64)
+        ort_steps, cached_diffs = [], []
+        for _ in range(steps):
+            last = tokens[:, -1:]
+            ort_logits, state = engine.step(state, last)  # (B, 1, V)
+            torch_logits, past_k, past_v = model.decode_step(
+                torch.from_numpy(last), past_k, past_v, cross_k, cross_v, keep
+            )
+            cached_diffs.append(_max_diff(torch_logits.numpy(), ort_logits))
+            ort_steps.append(ort_logits[:, 0])
+            choice = ort_logits[:, -1].copy()
+            choice[:, cfg.pad_id] = -np.inf
+            tokens = np.concatenate([tokens, choice.argmax(-1)[:, None]], axis=1)
+        fed = torch.from_numpy(tokens[:, :steps])  # <s> and the first steps-1 choices
+        uncached = model.decode(fed, memory, keep).numpy()  # (B, steps, V)
+    ort_all = np.stack(ort_steps, axis=1)  # (B, steps, V)
+    max_cached, max_uncached = max(cached_diffs), _max_diff(uncached, ort_all)
+    return {
+        "passed": max(max_cached, max_uncached) <= TOLERANCE_FP32,
+        "rows": int(src.shape[0]),
+        "steps": steps,
+        "max_abs_diff_cached": max_cached,
+        "max_abs_diff_uncached": max_uncached,
+        "worst_step": int(np.argmax(cached_diffs)),
+    }
+
+
+# -- level 3 ---------------------------------------------------------------------------------
+def _top2(logits: np.ndarray) -> list[list[float]]:
+    """[[id, logit], [id, logit]] of the two largest entries of a (V,) vector."""
+    order = np.argsort(-logits)[:2]
+    return [[int(i), float(logits[i])] for i in order]
+
+
+def first_divergence(
+    reference: StepModel, candidate: StepModel, source: Sequence[int], a: list[int], b: list[int]
+) -> dict[str, Any]:
+    """Where sequences `a` (reference) and `b` (candidate) of `source` first differ, and both
+    engines' top-2 logits at that step after the common prefix."""
+    common = min(len(a), len(b))
+    step = next((i for i in range(common) if a[i] != b[i]), common)
+    prefix = np.array([[reference.bos_id, *a[:step]]], dtype=np.int64)  # (1, step + 1)
+    src = np.array([list(source)], dtype=np.int64)
+    tops = []
+    for engine in (reference, candidate):
+        logits, _ = engine.step(engine.start(src), prefix)
+        tops.append(_top2(logits[0, -1]))
+    return {"step": step, "torch_top2": tops[0], "onnx_top2": tops[1]}
+
+
+def level3_sequences(
+    model: Seq2SeqTransformer,
+    engine: OrtStep,
+    sources: Sequence[Sequence[int]],
+    max_new_tokens: int,
+    texts: Sequence[str] | None = None,
+) -> dict[str, Any]:
+    """Greedy sequences from onnxruntime vs PyTorch (same `greedy_search`) on `sources`."""
+    reference = TorchStep(model)
+    identical, mismatches = 0, []
+    for start in range(0, len(sources), LEVEL3_BATCH):
+        chunk = sources[start : start + LEVEL3_BATCH]
+        src = _padded(chunk, model.cfg.pad_id)
+        expected = greedy_search(reference, src, max_new_tokens)
+        got = greedy_search(engine, src, max_new_tokens)
+        for offset, (want, have) in enumerate(zip(expected, got, strict=True)):
+            if want == have:
+                identical += 1
+                continue
+            if len(mismatches) < MAX_REPORTED_MISMATCHES:
+                index = start + offset
+                entry = {"index": index, "source_ids": list(map(int, sources[index]))}
+                if texts is not None:
+                    entry["source_text"] = texts[index]
+                entry.update(torch_ids=want, onnx_ids=have)
+                entry.update(first_divergence(reference, engine, sources[index], want, have))
+                mismatches.append(entry)
+    total = len(sources)
+    return {
+        "passed": identical == total and total > 0,
+        "inputs": total,
+        "identical": identical,
+        "identical_rate": identical / total if total else 0.0,
+        "max_new_tokens": max_new_tokens,
+        "mismatches": mismatches,
+    }
+
+
+# -- all levels ------------------------------------------------------------------------------
+def run_parity(
+    model: Seq2SeqTransformer,
+    engine: OrtStep,
+    sources: Sequence[Sequence[int]],
+    *,
+    source_description: str = "random",
+    texts: Sequence[str] | None = None,
+    max_new_tokens: int | None = None,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Levels 1-3 of `engine` vs `model`; returns the report (does not raise)."""
+    say = progress or (lambda _: None)
+    model.eval()
+    start = time.perf_counter()
+    limit = max_new_tokens if max_new_tokens is not None else model.cfg.max_len
+    with single_thread():
+        say("parity level 1: every graph output over random shapes")
+        level1 = level1_graphs(model, engine, seed)
+        say("parity level 2: decoder logits along a greedy decode")
+        level2 = level2_steps(model, engine, sources)
+        say(f"parity level 3: greedy sequences on {len(sources)} inputs ({source_description})")
+        level3 = level3_sequences(model, engine, sources, limit, texts)
+    level3["source"] = source_description
+    return {
+        "variant": "fp32",
+        "tolerance": TOLERANCE_FP32,
+        "passed": level1["passed"] and level2["passed"] and level3["passed"],
+        "level1": level1,
+        "level2": level2,
+        "level3": level3,
+        "seconds": round(time.perf_counter() - start, 2),
+    }
+
+
+def check_parity(report: dict[str, Any]) -> None:
+    """Raise `ParityError` (carrying `report`) naming every failed level."""
+    if report.get("passed"):
+        return
+    problems, tol = [], report["tolerance"]
+    level1, level2, level3 = report["level1"], report["level2"], report["level3"]
+    if not level1["passed"]:
+        bad = {k: f"{v:.2e}" for k, v in level1["max_abs_diff"].items() if v > tol}
+        problems.append(f"level 1 max |Δ| above {tol:.0e}: {bad}")
+    if not level2["passed"]:
+        problems.append(
+            f"level 2 step logits max |Δ| {level2['max_abs_diff_cached']:.2e} (cached), "
+            f"{level2['max_abs_diff_uncached']:.2e} (uncached) above {tol:.0e}"
+        )
+    if not level3["passed"]:
+        text = f"level 3 {level3['identical']}/{level3['inputs']} greedy sequences identical"
+        if level3["mismatches"]:
+            m = level3["mismatches"][0]
+            text += (
+                f"; input #{m['index']} first differs at step {m['step']}: torch top-2 "
+                f"{m['torch_top2']}, onnx top-2 {m['onnx_top2']}"
+            )
+        problems.append(text)
+    raise ParityError(
+        "the exported graphs do not match PyTorch: " + "; ".join(problems), report=report
+    )
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """A short table of the report's numbers (shared with the torch-free `edgeseq inspect`)."""
+    return format_parity(report)

@@ -1,0 +1,157 @@
+"""`edgeseq inspect BUNDLE`: what a bundle holds, without torch or onnx.
+
+    edgeseq inspect bundles/rev
+
+Prints the manifest summary (versions, opset, minimum onnxruntime), the model config, every
+file with its size and checksum status, each graph's inputs and outputs with dtypes and
+shapes (read through onnxruntime sessions) and the parity report measured at export.
+A file whose sha256 does not match the manifest is listed, then the command fails.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import onnxruntime as ort
+
+from . import constants as C
+from .errors import BundleError
+from .manifest import read_manifest, sha256_file
+
+NUMPY_NAMES = {"float": "float32", "double": "float64"}  # onnxruntime type names -> numpy's
+
+
+def format_table(rows: list[tuple[str, ...]], indent: str = "") -> str:
+    """Left-aligned columns separated by two spaces."""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
+    return "\n".join(indent + line.rstrip() for line in lines)
+
+
+def format_parity(report: dict[str, Any]) -> str:
+    """A short table of a parity report (as written by `edgeseq.export.verify.run_parity`)."""
+    if report.get("skipped"):
+        return "parity not measured (exported with --no-verify)"
+    tol = report["tolerance"]
+    ok = lambda passed: "ok" if passed else "FAIL"  # noqa: E731
+    rows = [("level", "check", "value", "result")]
+    level1 = report["level1"]
+    for name in C.ENCODER_OUTPUTS + C.DECODER_OUTPUTS:
+        if name in level1["max_abs_diff"]:
+            diff = level1["max_abs_diff"][name]
+            graph = "encoder" if name in C.ENCODER_OUTPUTS else "decoder"
+            check = f"{graph} {name} max|Δ| ({level1[f'{graph}_cases']} shapes)"
+            rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
+    level2 = report["level2"]
+    size = f"{level2['rows']} rows x {level2['steps']} steps"
+    for kind in ("cached", "uncached"):
+        diff = level2[f"max_abs_diff_{kind}"]
+        rows.append(("2", f"step logits vs {kind} torch ({size})", f"{diff:.1e}", ok(diff <= tol)))
+    level3 = report["level3"]
+    check = f"identical greedy sequences ({level3.get('source', '?')})"
+    rows.append(("3", check, f"{level3['identical']}/{level3['inputs']}", ok(level3["passed"])))
+    lines = [format_table(rows)]
+    for m in level3.get("mismatches", []):
+        text = m.get("source_text", m["source_ids"])
+        lines.append(
+            f"  input #{m['index']} {text!r}: first differs at step {m['step']}, "
+            f"torch top-2 {m['torch_top2']}, onnx top-2 {m['onnx_top2']}"
+        )
+    verdict = "passed" if report["passed"] else "FAILED"
+    lines.append(f"parity {verdict} (fp32 tolerance {tol:.0e}, {report['seconds']} s)")
+    return "\n".join(lines)
+
+
+def _graph_io(path: Path) -> list[tuple[str, ...]]:
+    """(direction, name, dtype, shape) rows of a graph, read through an onnxruntime session."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    rows = []
+    for direction, values in (("in", session.get_inputs()), ("out", session.get_outputs())):
+        for value in values:
+            dtype = value.type.removeprefix("tensor(").removesuffix(")")
+            dtype = NUMPY_NAMES.get(dtype, dtype)
+            shape = "[" + ", ".join(str(d) for d in value.shape) + "]"
+            rows.append((direction, value.name, dtype, shape))
+    return rows
+
+
+def _id(special: dict[str, Any]) -> int:
+    return int(special["id"])
+
+
+def _model_line(model: dict[str, Any]) -> str:
+    d_head = model["d_model"] // model["n_heads"]
+    return (
+        f"model: d_model {model['d_model']}, {model['n_heads']} heads (d_head {d_head}), "
+        f"{model['n_encoder_layers']}+{model['n_decoder_layers']} layers, d_ff {model['d_ff']}, "
+        f"vocab {model['src_vocab_size']} -> {model['tgt_vocab_size']}, "
+        f"max_len {model['max_len']}, {model['norm']}-norm, {model['positional']} positions, "
+        f"{model['activation']}, {'tied' if model['tie_output'] else 'separate'} output"
+    )
+
+
+def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
+    """The inspection text of bundle `path` and the names of files failing their checksum."""
+    path = Path(path)
+    manifest = read_manifest(path)
+    lines = [
+        f"bundle {path} (format {manifest['format_version']}, edgeseq "
+        f"{manifest.get('edgeseq_version', '?')}, created {manifest.get('created_utc', '?')})"
+    ]
+    config_path = path / C.CONFIG_FILE
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        lines.append(_model_line(config["model"]))
+        specials = config.get("special_tokens", {})
+        lines.append(
+            "special tokens: "
+            + ", ".join(f"{s['token']}={s['id']}" for s in sorted(specials.values(), key=_id))
+        )
+        if config.get("task"):
+            lines.append(f"task: {json.dumps(config['task'], sort_keys=True)}")
+    exporter = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("exporter", {}).items()))
+    lines.append(
+        f"graphs: opset {manifest.get('opset')}, IR {manifest.get('ir_version')}, needs "
+        f"onnxruntime >= {manifest.get('min_onnxruntime')}; exported with {exporter}"
+    )
+    bad: list[str] = []
+    rows = [("file", "bytes", "sha256", "check")]
+    for name, entry in sorted(manifest.get("files", {}).items()):
+        file = path / name
+        status = "ok"
+        if not file.is_file():
+            status = "MISSING"
+        elif sha256_file(file) != entry.get("sha256"):
+            status = "TAMPERED"
+        if status != "ok":
+            bad.append(name)
+        rows.append((name, f"{entry.get('bytes', 0):,}", entry.get("sha256", "")[:16], status))
+    lines += ["files:", format_table(rows, "  ")]
+    for variant, info in manifest.get("variants", {}).items():
+        verified = "verified" if info.get("verified") else "not verified"
+        lines.append(f"variant {variant} ({verified}):")
+        for graph in ("encoder", "decoder"):
+            name = info.get(graph)
+            if name and name not in bad and (path / name).is_file():
+                lines.append(f"  {name}")
+                lines.append(format_table(_graph_io(path / name), "    "))
+    lines += ["parity (measured at export):", format_parity(manifest.get("parity", {}))]
+    return "\n".join(lines), bad
+
+
+@click.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+def inspect(bundle: Path) -> None:
+    """Print BUNDLE's manifest, graphs (inputs, outputs, shapes), files and parity report."""
+    text, bad = inspect_bundle(bundle)
+    click.echo(text)
+    if bad:
+        raise BundleError(
+            f"{', '.join(bad)} in {bundle} do not match the manifest (tampered or corrupted); "
+            "re-export or copy the bundle again"
+        )

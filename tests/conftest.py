@@ -1,0 +1,148 @@
+"""Shared session-scoped fixtures. Append-only: several test modules rely on these."""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+# -- export: tiny models exported once per session ------------------------------------------
+@dataclass
+class ExportCase:
+    """A tiny random model, its tokenizers and the bundle exported from it (with parity)."""
+
+    name: str
+    model: Any  # Seq2SeqTransformer
+    tokenizers: Any  # TokenizerPair
+    bundle: Path
+    manifest: dict[str, Any]
+
+
+# Two configurations covering every option between them: post/pre-norm, sinusoidal/learned
+# positions, relu/gelu, separate/tied output, 4 heads of 8 / 3 heads of 16, odd vocab sizes,
+# unequal encoder/decoder depths. Each export costs ~10 s, so there are only two.
+# fmt: off
+EXPORT_CONFIGS = {
+    "post-sin-relu": dict(
+        d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=2, d_ff=48, max_len=32,
+        norm="post", positional="sinusoidal", activation="relu", tie_output=False,
+        src_symbols=25, tgt_symbols=33,
+    ),
+    "pre-learned-gelu-tied": dict(
+        d_model=48, n_heads=3, n_encoder_layers=2, n_decoder_layers=1, d_ff=64, max_len=40,
+        norm="pre", positional="learned", activation="gelu", tie_output=True,
+        src_symbols=27, tgt_symbols=37,
+    ),
+}
+# fmt: on
+
+
+def make_export_model(name: str, seed: int = 0) -> tuple[Any, Any]:
+    """(model, tokenizers) of EXPORT_CONFIGS[name]: random weights, char source vocabulary,
+    word target vocabulary; vocab sizes = symbols + 4 specials (odd numbers)."""
+    import torch
+
+    from edgeseq.build_model.model import Seq2SeqTransformer
+    from edgeseq.runtime.config import ModelConfig
+    from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
+
+    options = dict(EXPORT_CONFIGS[name])
+    src_symbols, tgt_symbols = options.pop("src_symbols"), options.pop("tgt_symbols")
+    source = Tokenizer.train_char([string.ascii_letters[:src_symbols]])
+    target = Tokenizer.train_word([" ".join(f"T{i}" for i in range(tgt_symbols))])
+    cfg = ModelConfig(
+        src_vocab_size=source.vocab_size, tgt_vocab_size=target.vocab_size, dropout=0.0, **options
+    )
+    torch.manual_seed(seed)
+    return Seq2SeqTransformer(cfg).eval(), TokenizerPair(source, target)
+
+
+@pytest.fixture(scope="session", params=sorted(EXPORT_CONFIGS))
+def export_case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    """Each EXPORT_CONFIGS model exported (with parity on 200 random inputs) once per session."""
+    from edgeseq.export.bundle import export_bundle
+
+    model, tokenizers = make_export_model(request.param)
+    bundle = tmp_path_factory.mktemp("bundles") / request.param
+    manifest = export_bundle(model, tokenizers, bundle, max_new_tokens=20)
+    return ExportCase(request.param, model, tokenizers, bundle, manifest)
+
+
+@pytest.fixture(scope="session")
+def export_model_factory():
+    """`make_export_model(name, seed=0) -> (model, tokenizers)` for tests that export again."""
+    return make_export_model
+
+
+# -- runtime (issue 4): one small trained model and its bundle --------------------------------
+@dataclass
+class RuntimeCase:
+    """A tiny model trained ~150 steps to reverse and upper-case letters (so outputs have
+    varied lengths and untied logits), its tokenizers, and its bundle (exported once)."""
+
+    model: Any  # Seq2SeqTransformer, eval mode
+    tokenizers: Any  # TokenizerPair: char source "a".."j", char target "A".."J"
+    bundle: Path | None = None
+
+
+RUNTIME_LETTERS = "abcdefghij"
+
+
+def make_runtime_model(steps: int = 150, seed: int = 0) -> RuntimeCase:
+    """Train the RuntimeCase model (d_model 32, 2+2 layers, max_len 20; ~2 s on one thread)."""
+    import numpy as np
+    import torch
+    from torch.nn import functional as F
+
+    from edgeseq.build_model.model import Seq2SeqTransformer
+    from edgeseq.runtime.config import ModelConfig
+    from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
+
+    source = Tokenizer.train_char([RUNTIME_LETTERS])
+    target = Tokenizer.train_char([RUNTIME_LETTERS.upper()])
+    cfg = ModelConfig(
+        src_vocab_size=source.vocab_size, tgt_vocab_size=target.vocab_size, d_model=32,
+        n_heads=4, n_encoder_layers=2, n_decoder_layers=2, d_ff=64, max_len=20, dropout=0.0,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = Seq2SeqTransformer(cfg)
+    rng = np.random.default_rng(seed)
+    optimizer = torch.optim.Adam(model.parameters(), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        for _ in range(steps):
+            texts = [
+                "".join(rng.choice(list(RUNTIME_LETTERS), rng.integers(1, 9))) for _ in range(32)
+            ]
+            src = torch.as_tensor(source.encode_batch(texts, add_eos=True))
+            tgt = target.encode_batch([t[::-1].upper() for t in texts], add_bos=True, add_eos=True)
+            tgt_in, tgt_out = torch.as_tensor(tgt[:, :-1]), torch.as_tensor(tgt[:, 1:])
+            loss = F.cross_entropy(model(src, tgt_in).transpose(1, 2), tgt_out, ignore_index=0)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+    finally:
+        torch.set_num_threads(threads)
+    return RuntimeCase(model.eval(), TokenizerPair(source, target))
+
+
+@pytest.fixture(scope="session")
+def runtime_model() -> RuntimeCase:
+    """The trained RuntimeCase model without a bundle (torch-side search tests)."""
+    return make_runtime_model()
+
+
+@pytest.fixture(scope="session")
+def runtime_case(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory):
+    """runtime_model exported to a bundle (parity not re-run here; tests compare engines)."""
+    from edgeseq.export.bundle import export_bundle
+
+    bundle = tmp_path_factory.mktemp("runtime") / "reverse-tiny"
+    task = {"name": "reverse", "options": {}}
+    export_bundle(runtime_model.model, runtime_model.tokenizers, bundle, task=task, verify=False)
+    return RuntimeCase(runtime_model.model, runtime_model.tokenizers, bundle)

@@ -1,0 +1,78 @@
+"""Parity levels 1-3 on the session's exported bundles, and ParityError on a wrong graph."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from edgeseq.export.verify import (
+    LEVEL3_MIN_INPUTS,
+    TOLERANCE_FP32,
+    check_parity,
+    format_report,
+    open_engine,
+    random_sources,
+    run_parity,
+)
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.errors import ParityError
+
+
+def _engine(case):
+    return open_engine(case.bundle / C.ENCODER_FILE, case.bundle / C.DECODER_FILE, case.model.cfg)
+
+
+def test_export_report_passes_all_three_levels(export_case) -> None:
+    report = export_case.manifest["parity"]
+    assert report["passed"] and report["tolerance"] == TOLERANCE_FP32
+    level1, level2, level3 = report["level1"], report["level2"], report["level3"]
+    assert set(level1["max_abs_diff"]) == set(C.ENCODER_OUTPUTS + C.DECODER_OUTPUTS)
+    assert max(level1["max_abs_diff"].values()) <= TOLERANCE_FP32
+    assert level1["encoder_cases"] == 6 and level1["decoder_cases"] == 36  # batch 1/3 ...
+    assert level2["steps"] >= 20 and level2["max_abs_diff_uncached"] <= TOLERANCE_FP32
+    assert level3["inputs"] == level3["identical"] == LEVEL3_MIN_INPUTS
+    assert export_case.manifest["variants"]["fp32"]["verified"] is True
+
+
+def test_parity_reruns_on_the_written_bundle(export_case) -> None:
+    sources = random_sources(export_case.model, 40, seed=7)
+    report = run_parity(export_case.model, _engine(export_case), sources, max_new_tokens=12)
+    check_parity(report)  # does not raise
+    table = format_report(report)
+    assert "decoder logits" in table and "40/40" in table and "parity passed" in table
+
+
+def test_a_wrong_decoder_weight_raises_parity_error_with_numbers(export_case) -> None:
+    model = copy.deepcopy(export_case.model)
+    with torch.no_grad():
+        # One entry only: a uniform shift of the bias would vanish in a post-norm LayerNorm.
+        model.decoder_layers[0].ffn.w_2.bias[0] += 0.05  # the graph keeps the exported value
+    report = run_parity(model, _engine(export_case), random_sources(model, 8), max_new_tokens=8)
+    with pytest.raises(ParityError, match=r"level 1 max \|Δ\| above 1e-04: .*logits") as info:
+        check_parity(report)
+    diffs = info.value.report["level1"]["max_abs_diff"]
+    assert diffs["logits"] > TOLERANCE_FP32
+    assert diffs["memory"] <= TOLERANCE_FP32  # the encoder was not touched
+    assert not info.value.report["level2"]["passed"]
+    assert "FAIL" in format_report(info.value.report)
+
+
+def test_a_level3_mismatch_names_the_first_divergent_step(export_case) -> None:
+    """PyTorch is made to prefer token 7 everywhere: every sequence differs at step 0 and
+    the report shows both engines' top-2 logits there."""
+    model = copy.deepcopy(export_case.model)
+    bump = torch.zeros(model.cfg.tgt_vocab_size)
+    bump[7] = 100.0
+    model.output.register_forward_hook(lambda module, args, out: out + bump)
+    sources = random_sources(model, 10)
+    report = run_parity(model, _engine(export_case), sources, max_new_tokens=6)
+    level3 = report["level3"]
+    assert level3["identical"] == 0 and not level3["passed"]
+    first = level3["mismatches"][0]
+    assert first["step"] == 0 and first["torch_ids"] == [7] * 6
+    assert first["torch_top2"][0][0] == 7 and first["torch_top2"][0][1] > 50
+    assert first["onnx_top2"][0][1] < 50 and first["source_ids"] == sources[0]
+    with pytest.raises(ParityError, match=r"level 3 0/10 .* first differs at step 0"):
+        check_parity(report)
