@@ -146,3 +146,15 @@ def runtime_case(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFa
     task = {"name": "reverse", "options": {}}
     export_bundle(runtime_model.model, runtime_model.tokenizers, bundle, task=task, verify=False)
     return RuntimeCase(runtime_model.model, runtime_model.tokenizers, bundle)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test with one torch thread: the test machines have 2 shared cores, and torch's
+    thread pool slows tiny models down by 100x when oversubscribed."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
