@@ -99,6 +99,13 @@ def bundle_config(
     }
 
 
+def refuse_existing(out: str | Path, force: bool) -> None:
+    """Raise OutputExistsError when `out` exists and `force` is not set."""
+    out = Path(out)
+    if (out.exists() or out.is_symlink()) and not force:
+        raise OutputExistsError(f"{out} already exists; pass --force to replace it")
+
+
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -139,8 +146,7 @@ def export_bundle(
     are used. With `verify`, a parity failure raises `ParityError` and writes nothing."""
     say = progress or (lambda _: None)
     out = Path(out)
-    if (out.exists() or out.is_symlink()) and not force:
-        raise OutputExistsError(f"{out} already exists; pass --force to replace it")
+    refuse_existing(out, force)
     model.eval()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"

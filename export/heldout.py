@@ -25,6 +25,7 @@ class HeldOut:
     sources: list[list[int]]
     texts: list[str] | None
     description: str
+    warning: str | None = None  # why the task's own inputs could not be used
 
 
 def heldout_sources(
@@ -44,8 +45,8 @@ def heldout_sources(
     try:
         loaded = load_task(name, **task.get("options", {}))
     except EdgeseqError as exc:
-        reason = f"random sources (task {name} unavailable: {exc})"
-        return HeldOut(random_sources(model, n, seed), None, reason)
+        warning = f"task {name} cannot be loaded ({exc}); parity level 3 uses random sources"
+        return HeldOut(random_sources(model, n, seed), None, "random sources", warning)
     cfg, eos = model.cfg, tokenizers.source.eos_id
     sources, texts, used = [], [], []
     seen: set[str] = set()
@@ -64,5 +65,6 @@ def heldout_sources(
         if taken:
             used.append(f"{split} {taken}")
     if not sources:
-        return HeldOut(random_sources(model, n, seed), None, f"random sources (task {name} empty)")
+        warning = f"task {name} has no dev/test source within max_len; using random sources"
+        return HeldOut(random_sources(model, n, seed), None, "random sources", warning)
     return HeldOut(sources, texts, f"task {name}: {', '.join(used)}")
