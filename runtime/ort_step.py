@@ -1,9 +1,13 @@
-"""onnxruntime adapter for the step interface: drives `encoder.onnx` and `decoder.onnx`.
+"""onnxruntime adapters for the step interface: drive `encoder.onnx` and `decoder.onnx`.
 
     step_model = OrtStep.from_files("b/encoder.onnx", "b/decoder.onnx", config)
     tokens = greedy_search(step_model, src_ids, max_new_tokens=50)
 
-Inputs and outputs are fed and read by name (`runtime/constants.py`), never by position.
+`OrtStep` keeps the decoder state as numpy arrays (the CPU path). `OrtBoundStep` keeps the
+self-attention cache and the cross K/V as `OrtValue`s on the session's device and runs the
+decoder with IO binding, so on CUDA they stay on the GPU between steps; only the new ids go
+in and the logits come out each step. Inputs and outputs are fed and read by name
+(`runtime/constants.py`), never by position.
 """
 
 from __future__ import annotations
@@ -99,3 +103,112 @@ class OrtStep:
             np.ascontiguousarray(state.past_k[:, rows]),
             np.ascontiguousarray(state.past_v[:, rows]),
         )
+
+
+@dataclass
+class OrtBoundState:
+    """Decoder state as OrtValues on the device: cross K/V and cache (L, B, H, *, dh),
+    src_mask (B, S) bool."""
+
+    cross_k: ort.OrtValue
+    cross_v: ort.OrtValue
+    src_mask: ort.OrtValue
+    past_k: ort.OrtValue
+    past_v: ort.OrtValue
+
+    @property
+    def batch(self) -> int:
+        """Rows in the state."""
+        return int(self.src_mask.shape()[0])
+
+    @property
+    def past_len(self) -> int:
+        """Target positions already cached."""
+        return int(self.past_k.shape()[3])
+
+
+class OrtBoundStep(OrtStep):
+    """OrtStep whose state lives on `device_type` ("cuda", or "cpu" for testing) and whose
+    runs use IO binding. Row selection (finished rows leaving, beam reordering) copies the
+    state to the host and back: OrtValue has no device-side gather."""
+
+    def __init__(
+        self,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        config: ModelConfig,
+        device_type: str = "cuda",
+        device_id: int = 0,
+    ) -> None:
+        super().__init__(encoder, decoder, config)
+        self.device_type, self.device_id = device_type, device_id
+
+    def to_device(self, array: np.ndarray) -> ort.OrtValue:
+        """Copy a numpy array to an OrtValue on this step's device."""
+        return ort.OrtValue.ortvalue_from_numpy(
+            np.ascontiguousarray(array), self.device_type, self.device_id
+        )
+
+    def start(self, src_ids: np.ndarray) -> OrtBoundState:  # type: ignore[override]
+        """Run the encoder on src_ids int64 (B, S); cross K/V stay on the device."""
+        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)
+        binding = self.encoder.io_binding()
+        binding.bind_cpu_input(C.SRC_IDS, src_ids)
+        for name in (C.CROSS_K, C.CROSS_V):
+            binding.bind_output(name, self.device_type, self.device_id)
+        self.encoder.run_with_iobinding(binding)
+        cross_k, cross_v = binding.get_outputs()  # in binding order
+        cfg = self.config
+        shape = (cfg.n_decoder_layers, src_ids.shape[0], cfg.n_heads, 0, cfg.d_head)
+        empty = np.zeros(shape, dtype=_numpy_dtype(cross_k))
+        return OrtBoundState(
+            cross_k,
+            cross_v,
+            self.to_device(src_ids != self.pad_id),
+            self.to_device(empty),
+            self.to_device(empty),
+        )
+
+    def step(  # type: ignore[override]
+        self, state: OrtBoundState, input_ids: np.ndarray
+    ) -> tuple[np.ndarray, OrtBoundState]:
+        """input_ids int64 (B, N) -> logits float32 (B, N, V) on the host and the extended
+        state, whose cache stays on the device."""
+        binding = self.decoder.io_binding()
+        binding.bind_cpu_input(C.INPUT_IDS, np.ascontiguousarray(input_ids, dtype=np.int64))
+        for name, value in (
+            (C.PAST_K, state.past_k),
+            (C.PAST_V, state.past_v),
+            (C.CROSS_K, state.cross_k),
+            (C.CROSS_V, state.cross_v),
+            (C.SRC_MASK, state.src_mask),
+        ):
+            binding.bind_ortvalue_input(name, value)
+        binding.bind_output(C.LOGITS, "cpu")  # the search needs the logits on the host
+        binding.bind_output(C.PRESENT_K, self.device_type, self.device_id)
+        binding.bind_output(C.PRESENT_V, self.device_type, self.device_id)
+        self.decoder.run_with_iobinding(binding)
+        logits, past_k, past_v = binding.get_outputs()  # in binding order
+        new_state = OrtBoundState(state.cross_k, state.cross_v, state.src_mask, past_k, past_v)
+        return logits.numpy().astype(np.float32, copy=False), new_state
+
+    def select(self, state: OrtBoundState, rows: np.ndarray) -> OrtBoundState:  # type: ignore[override]
+        """Gather batch rows (int64 (B',), may repeat) through a host round-trip."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if np.array_equal(rows, np.arange(state.batch)):
+            return state
+        return OrtBoundState(
+            self.to_device(state.cross_k.numpy()[:, rows]),
+            self.to_device(state.cross_v.numpy()[:, rows]),
+            self.to_device(state.src_mask.numpy()[rows]),
+            self.to_device(state.past_k.numpy()[:, rows]),
+            self.to_device(state.past_v.numpy()[:, rows]),
+        )
+
+
+ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def _numpy_dtype(value: ort.OrtValue) -> type:
+    """numpy dtype of a float OrtValue (float32 or float16)."""
+    return ORT_TO_NUMPY.get(value.data_type(), np.float32)

@@ -1,0 +1,246 @@
+"""Load a bundle directory and refuse one that is incomplete, tampered, too new or mismatched.
+
+    bundle = load_bundle("bundles/rev")            # checks manifest, versions, every sha256
+    encoder_path, decoder_path = bundle.graphs("fp32")
+    bundle.config.max_len, bundle.tokenizers.source.encode("abc")
+    check_graph_pair(bundle, encoder_session, decoder_session)   # once sessions exist
+
+Every refusal is a `BundleError` naming the file and the problem. The format is written by
+`edgeseq.export` and documented in docs/bundle.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import onnxruntime as ort
+
+from . import constants as C
+from .config import ModelConfig
+from .errors import BundleError, ConfigError, TokenizerError
+from .manifest import check_files, read_manifest
+from .tokenizer import Tokenizer, TokenizerPair
+
+# Static dims of the cross/cache tensors [layers, batch, heads, len, d_head] checked per graph.
+KV_AXES = {0: "n_decoder_layers", 2: "n_heads", 4: "d_head"}
+METADATA_PREFIX = "edgeseq."
+PER_GRAPH_METADATA = {"edgeseq.graph"}  # differs between the two graphs by design
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """A checked bundle: its config, tokenizers, manifest and graph files per variant."""
+
+    path: Path
+    config: ModelConfig
+    tokenizers: TokenizerPair
+    manifest: dict[str, Any]
+    variants: dict[str, tuple[Path, Path]]  # variant name -> (encoder path, decoder path)
+    task: dict[str, Any] | None = None  # what the model was trained on, when recorded
+
+    def graphs(self, variant: str = "fp32") -> tuple[Path, Path]:
+        """(encoder path, decoder path) of `variant`, or BundleError listing the variants."""
+        if variant not in self.variants:
+            raise BundleError(
+                f"{self.path} has no variant {variant!r}; it has {', '.join(sorted(self.variants))}"
+            )
+        return self.variants[variant]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """ "1.17.0" / "1.31.1+cu13" / "1.20.0rc1" -> (1, 17, 0) for comparisons."""
+    parts = []
+    for part in version.split("+")[0].split(".")[:3]:
+        digits = re.match(r"\d+", part)
+        if digits is None:
+            break
+        parts.append(int(digits.group()))
+    return tuple(parts)
+
+
+def check_onnxruntime(manifest: dict[str, Any], path: Path, installed: str | None = None) -> None:
+    """Refuse a bundle that needs a newer onnxruntime than the installed one."""
+    installed = installed or ort.__version__
+    needed = manifest.get("min_onnxruntime")
+    if needed is None:
+        return
+    if not isinstance(needed, str) or not version_key(needed):
+        raise BundleError(f"{path / C.MANIFEST_FILE}: min_onnxruntime {needed!r} is not a version")
+    if version_key(installed) < version_key(needed):
+        raise BundleError(
+            f"{path} needs onnxruntime >= {needed} but {installed} is installed: "
+            "upgrade it (pip install -U onnxruntime-gpu, or onnxruntime)"
+        )
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    config_path = path / C.CONFIG_FILE
+    try:
+        data = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{config_path} cannot be read: {exc}; re-export the bundle") from None
+    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
+        raise BundleError(f'{config_path} has no "model" object; re-export the bundle')
+    return data
+
+
+def _variants(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[Path, Path]]:
+    variants = manifest.get("variants")
+    if not isinstance(variants, dict) or not variants:
+        raise BundleError(f"{path / C.MANIFEST_FILE} lists no graph variants; re-export")
+    out = {}
+    for name, entry in variants.items():
+        files = [
+            entry.get(graph) if isinstance(entry, dict) else None
+            for graph in ("encoder", "decoder")
+        ]
+        if not all(isinstance(f, str) for f in files):
+            raise BundleError(
+                f"{path / C.MANIFEST_FILE}: variant {name!r} does not name an encoder and a "
+                "decoder graph; re-export"
+            )
+        out[name] = (path / files[0], path / files[1])
+    return out
+
+
+def load_bundle(path: str | Path) -> Bundle:
+    """Read and check the bundle at `path`: manifest format version, minimum onnxruntime,
+    the sha256 of every listed file (and that config, tokenizers and graphs are listed),
+    the model config and the tokenizers. Raises BundleError naming the file and problem."""
+    path = Path(path)
+    if not path.is_dir():
+        raise BundleError(
+            f"bundle directory {path} does not exist (export one with edgeseq export)"
+        )
+    manifest = read_manifest(path)
+    check_onnxruntime(manifest, path)
+    variants = _variants(path, manifest)
+    listed = set(manifest.get("files") or {})
+    needed = {C.CONFIG_FILE, C.TOKENIZER_FILE}
+    needed |= {p.relative_to(path).as_posix() for pair in variants.values() for p in pair}
+    for name in sorted(needed - listed):
+        if not (path / name).exists():
+            raise BundleError(f"{path / name} is missing from the bundle; re-export it")
+        raise BundleError(
+            f"{path / name} is not listed in {C.MANIFEST_FILE}, so its checksum cannot be "
+            "verified; re-export the bundle"
+        )
+    check_files(path, manifest)  # every listed file: present and matching its sha256
+    data = _read_config(path)
+    try:
+        config = ModelConfig.from_dict(data["model"]).validate()
+    except ConfigError as exc:
+        raise BundleError(f"{path / C.CONFIG_FILE}: {exc}") from None
+    tokenizers = _tokenizers(path, data.get("tokenizers") or {}, listed)
+    for side, tok, size in (
+        ("source", tokenizers.source, config.src_vocab_size),
+        ("target", tokenizers.target, config.tgt_vocab_size),
+    ):
+        if tok.vocab_size > size:
+            raise BundleError(
+                f"{path}: the {side} tokenizer has {tok.vocab_size} ids but the model only "
+                f"{size}; tokenizer and graphs come from different exports"
+            )
+    return Bundle(path, config, tokenizers, manifest, variants, data.get("task"))
+
+
+def _tokenizers(path: Path, names: dict[str, Any], listed: set[str]) -> TokenizerPair:
+    """The source and target tokenizers named in config.json (default: tokenizer.json)."""
+    loaded: dict[str, Tokenizer] = {}
+    for side in ("source", "target"):
+        name = names.get(side, C.TOKENIZER_FILE)
+        if not isinstance(name, str) or name not in listed:
+            raise BundleError(
+                f"{path / C.CONFIG_FILE}: {side} tokenizer {name!r} is not a file listed in "
+                f"{C.MANIFEST_FILE}; re-export"
+            )
+        if name not in loaded:
+            try:
+                loaded[name] = Tokenizer.load(path / name)
+            except TokenizerError as exc:
+                raise BundleError(f"{path / name}: {exc}") from None
+        loaded[side] = loaded[name]
+    return TokenizerPair(loaded["source"], loaded["target"])
+
+
+def _io(session: ort.InferenceSession) -> dict[str, Any]:
+    """{name: NodeArg} of a session's inputs and outputs."""
+    return {arg.name: arg for arg in [*session.get_inputs(), *session.get_outputs()]}
+
+
+def check_graph_pair(
+    bundle: Bundle,
+    encoder: ort.InferenceSession,
+    decoder: ort.InferenceSession,
+    variant: str = "fp32",
+) -> None:
+    """Refuse graphs that lack the contract's inputs/outputs, disagree with config.json, or
+    come from different models: K/V dims, dtypes and `edgeseq.*` metadata_props must agree."""
+    encoder_path, decoder_path = bundle.graphs(variant)
+    problems: list[str] = []
+    graphs = (
+        (encoder_path, encoder, C.ENCODER_INPUTS, C.ENCODER_OUTPUTS),
+        (decoder_path, decoder, C.DECODER_INPUTS, C.DECODER_OUTPUTS),
+    )
+    for file, session, inputs, outputs in graphs:
+        got_in = {arg.name for arg in session.get_inputs()}
+        got_out = {arg.name for arg in session.get_outputs()}
+        missing = [n for n in inputs if n not in got_in] + [n for n in outputs if n not in got_out]
+        if missing:
+            raise BundleError(f"{file} lacks the graph inputs/outputs {missing}; re-export")
+    cfg = bundle.config
+    kv = [(encoder_path, _io(encoder)[C.CROSS_K]), (encoder_path, _io(encoder)[C.CROSS_V])]
+    kv += [(decoder_path, _io(decoder)[name]) for name in (C.PAST_K, C.CROSS_K, C.CROSS_V)]
+    for file, arg in kv:
+        for axis, field in KV_AXES.items():
+            dim = arg.shape[axis] if len(arg.shape) == 5 else None
+            want = getattr(cfg, field)
+            if isinstance(dim, int) and dim != want:
+                problems.append(f"{file.name} {arg.name} has {field} {dim}, config.json {want}")
+    dtypes = {f"{file.name} {arg.name}": arg.type for file, arg in kv}
+    if len(set(dtypes.values())) > 1:
+        problems.append(f"K/V dtypes differ: {dtypes}")
+    logits = _io(decoder)[C.LOGITS]
+    if isinstance(logits.shape[-1], int) and logits.shape[-1] != cfg.tgt_vocab_size:
+        problems.append(f"{decoder_path.name} logits width {logits.shape[-1]}, config.json ")
+        problems[-1] += f"tgt_vocab_size {cfg.tgt_vocab_size}"
+    problems += _metadata_problems(bundle, encoder_path, encoder, decoder_path, decoder)
+    if problems:
+        raise BundleError(
+            f"{bundle.path}: encoder, decoder and config.json do not belong together "
+            f"({'; '.join(problems)}); re-export the bundle"
+        )
+
+
+def _metadata_problems(
+    bundle: Bundle,
+    encoder_path: Path,
+    encoder: ort.InferenceSession,
+    decoder_path: Path,
+    decoder: ort.InferenceSession,
+) -> list[str]:
+    """Disagreements between the graphs' `edgeseq.*` metadata_props and with config.json."""
+    enc = encoder.get_modelmeta().custom_metadata_map
+    dec = decoder.get_modelmeta().custom_metadata_map
+    config = bundle.config.to_dict() | {"d_head": bundle.config.d_head}
+    problems = []
+    keys = sorted(k for k in set(enc) | set(dec) if k.startswith(METADATA_PREFIX))
+    for key in keys:
+        if key in PER_GRAPH_METADATA:
+            continue
+        field = key[len(METADATA_PREFIX) :]
+        if key in enc and key in dec and enc[key] != dec[key]:
+            problems.append(
+                f"{field}: {encoder_path.name} says {enc[key]}, {decoder_path.name} {dec[key]}"
+            )
+        elif field in config:
+            value = config[field]
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            for file, meta in ((encoder_path, enc), (decoder_path, dec)):
+                if key in meta and meta[key] != text:
+                    problems.append(f"{field}: {file.name} says {meta[key]}, config.json {text}")
+    return problems

@@ -1,0 +1,227 @@
+"""Generate with an exported bundle: the torch-free API.
+
+    gen = Generator.load("bundles/rev")                # providers="auto": CUDA if it loads
+    [r] = gen.generate(["abc"], GenerationOptions(beam_size=4, n_best=2))
+    r.text, r.token_ids, r.score, [c.text for c in r.nbest]
+    for piece in gen.stream("abc"):                    # greedy or sampling, token by token
+        print(piece, end="", flush=True)
+
+A source is its tokens plus `</s>`, as in training. Inputs are batched `batch_size` at a
+time, shortest first; results come back in input order. With `sample=True` each input draws
+from its own numpy Generator seeded by (seed, the input's token ids), so a seeded result
+depends only on the input and the options, not on batching, threads or the other inputs
+(identical inputs get identical samples; vary the seed for different draws).
+
+A `Generator` is safe to share between threads: onnxruntime sessions may run concurrently
+and every call keeps its state local.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .bundle import Bundle, check_graph_pair, load_bundle
+from .config import ModelConfig
+from .errors import InputTooLongError, OptionsError
+from .ort_step import OrtBoundStep, OrtStep
+from .providers import check_provider, open_sessions
+from .search import (
+    Chooser,
+    GenerationOptions,
+    Hypothesis,
+    choose_argmax,
+    decode_steps,
+    row_rngs,
+    sampling_chooser,
+    search,
+)
+from .step import StepModel
+from .tokenizer import TokenizerPair
+
+
+@dataclass(frozen=True)
+class Source:
+    """An encoded input: token ids with `</s>` appended."""
+
+    ids: tuple[int, ...]
+    truncated: bool  # tokens were cut to fit max_len
+    unknown: tuple[str, ...]  # input symbols outside the source vocabulary (fed as <unk>)
+
+    @property
+    def sample_key(self) -> int:
+        """64-bit key of the ids that seeds this input's sampling Generator."""
+        digest = hashlib.sha256(np.asarray(self.ids, dtype=np.int64).tobytes()).digest()
+        return int.from_bytes(digest[:8], "little")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One generated hypothesis of an input."""
+
+    text: str
+    token_ids: tuple[int, ...]  # without `<s>` and `</s>`
+    score: float  # logprob / length ** length_penalty
+    logprob: float  # sum of the tokens' log-probabilities (`</s>` included when finished)
+    finished: bool  # ended with `</s>` (False: cut by max_new_tokens or max_len)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one input generated: the best hypothesis, and the n-best list (beam search)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    score: float
+    logprob: float
+    finished: bool
+    nbest: tuple[Candidate, ...]  # best first; nbest[0] is the result itself
+    source: Source
+
+
+class Generator:
+    """A loaded bundle and its step model; `generate` and `stream` text."""
+
+    def __init__(self, bundle: Bundle, step_model: StepModel, device: str = "cpu") -> None:
+        self.bundle = bundle
+        self.step_model = step_model
+        self.device = device  # "cuda" or "cpu": where the graphs run
+
+    @classmethod
+    def load(
+        cls,
+        bundle_dir: str | Path,
+        providers: str = "auto",
+        threads: int | None = None,
+        variant: str = "fp32",
+        optimization: str = "all",
+    ) -> Generator:
+        """Check and open the bundle at `bundle_dir` (see `load_bundle`) on `providers`
+        ("auto", "cuda" or "cpu"; see runtime/providers.py) with `threads` intra-op threads
+        (default: every core)."""
+        check_provider(providers)
+        bundle = load_bundle(bundle_dir)
+        encoder_path, decoder_path = bundle.graphs(variant)
+        encoder, decoder, device = open_sessions(
+            encoder_path, decoder_path, providers, threads, optimization
+        )
+        check_graph_pair(bundle, encoder, decoder, variant)
+        if device == "cuda":
+            step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
+        else:
+            step = OrtStep(encoder, decoder, bundle.config)
+        return cls(bundle, step, device)
+
+    @property
+    def config(self) -> ModelConfig:
+        """The model's configuration."""
+        return self.bundle.config
+
+    @property
+    def tokenizers(self) -> TokenizerPair:
+        """Source and target tokenizers."""
+        return self.bundle.tokenizers
+
+    def encode(self, text: str, truncate: bool = False) -> Source:
+        """Token ids of `text` plus `</s>`. Longer than max_len: InputTooLongError, or with
+        `truncate` the tokens are cut so that tokens + `</s>` fill max_len."""
+        tokenizer = self.tokenizers.source
+        encoding = tokenizer.hf.encode(text, add_special_tokens=False)
+        ids = list(encoding.ids)
+        unknown = tuple(
+            text[start:end] or "?"
+            for i, (start, end) in zip(ids, encoding.offsets, strict=True)
+            if i == tokenizer.unk_id
+        )
+        limit = self.config.max_len
+        truncated = len(ids) + 1 > limit
+        if truncated and not truncate:
+            raise InputTooLongError(
+                f"input has {len(ids) + 1} source tokens with </s> but the model's max_len is "
+                f"{limit}; shorten it or pass truncate=True"
+            )
+        return Source((*ids[: limit - 1], self.config.eos_id), truncated, unknown)
+
+    def _padded(self, sources: Sequence[Source]) -> np.ndarray:
+        """Right-padded int64 (B, S_max) of sources' ids."""
+        out = np.full((len(sources), max(len(s.ids) for s in sources)), self.config.pad_id)
+        for row, source in enumerate(sources):
+            out[row, : len(source.ids)] = source.ids
+        return out.astype(np.int64)
+
+    def _candidate(self, hyp: Hypothesis) -> Candidate:
+        text = self.tokenizers.target.decode(hyp.tokens)
+        return Candidate(text, hyp.tokens, hyp.score, hyp.logprob, hyp.finished)
+
+    def generate(
+        self, texts: Sequence[str], options: GenerationOptions | None = None
+    ) -> list[Result]:
+        """One Result per text, in order. Raises InputTooLongError naming the first over-long
+        input (index from 0) unless options.truncate."""
+        if isinstance(texts, str):
+            raise OptionsError("generate() takes a list of texts; wrap a single text in [ ]")
+        options = options or GenerationOptions()
+        sources = []
+        for index, text in enumerate(texts):
+            try:
+                sources.append(self.encode(text, options.truncate))
+            except InputTooLongError as exc:
+                raise InputTooLongError(f"input {index}: {exc}") from None
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i].ids))
+        results: list[Result | None] = [None] * len(sources)
+        for start in range(0, len(order), options.batch_size):
+            rows = order[start : start + options.batch_size]
+            batch = [sources[i] for i in rows]
+            rngs = row_rngs(options, [s.sample_key for s in batch]) if options.sample else None
+            hyps = search(self.step_model, self._padded(batch), options, rngs)
+            for i, row_hyps in zip(rows, hyps, strict=True):
+                nbest = tuple(self._candidate(h) for h in row_hyps)
+                best = nbest[0]
+                results[i] = Result(
+                    best.text,
+                    best.token_ids,
+                    best.score,
+                    best.logprob,
+                    best.finished,
+                    nbest,
+                    sources[i],
+                )
+        return [r for r in results if r is not None]
+
+    def stream(self, text: str, options: GenerationOptions | None = None) -> Iterator[str]:
+        """Yield the text pieces of one input's output as tokens are chosen (greedy or
+        sampling; beam search decides only at the end). The pieces join to the text of
+        `generate([text], options)[0]`. Errors (too long, beam) raise at the call."""
+        options = options or GenerationOptions()
+        if options.method == "beam":
+            raise OptionsError(
+                "stream() yields each token as it is chosen, which beam search cannot do: "
+                "use beam_size=1 (greedy or sampling), or generate()"
+            )
+        source = self.encode(text, options.truncate)
+        if options.sample:
+            choose = sampling_chooser(options, row_rngs(options, [source.sample_key]))
+        else:
+            choose = choose_argmax
+        src_ids = np.array([source.ids], dtype=np.int64)
+        return self._pieces(src_ids, options, choose)
+
+    def _pieces(
+        self, src_ids: np.ndarray, options: GenerationOptions, choose: Chooser
+    ) -> Iterator[str]:
+        tokens: list[int] = []
+        emitted = ""
+        steps = decode_steps(self.step_model, src_ids, options.max_new_tokens, choose)
+        for _, next_ids, _ in steps:
+            token = int(next_ids[0])
+            if token == self.config.eos_id:
+                return
+            tokens.append(token)
+            text = self.tokenizers.target.decode(tokens)
+            if len(text) > len(emitted) and text.startswith(emitted):
+                yield text[len(emitted) :]
+                emitted = text
