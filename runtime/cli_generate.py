@@ -1,0 +1,287 @@
+"""`edgeseq generate BUNDLE [TEXT ...]`: generate with a bundle; needs no torch.
+
+    edgeseq generate bundles/rev "abcdef"                   # greedy, one output line
+    edgeseq generate bundles/rev --input words.txt --beam 4 --json
+    cat words.txt | edgeseq generate bundles/rev --sample --top-p 0.9 --seed 1
+
+Input handling (also in `--help` and docs/runtime.md): see `INPUT_RULES`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .errors import InputTooLongError
+from .generator import Generator, Result, Source
+from .providers import PROVIDER_CHOICES
+from .search import GenerationOptions
+
+INPUT_RULES = """\b
+Input: the TEXT arguments; without them, the lines of --input FILE, or of stdin.
+One output line (or JSON object) per input, in input order.
+\b
+- Empty line: an empty output line (JSON: "skipped": "empty"); the model is not run.
+- Symbols outside the source vocabulary are fed as <unk>; one warning lists them.
+- A line longer than the model's max_len (tokens + </s>) is an error naming the
+  line, before anything is generated; with --truncate it is cut, with one warning.
+- Bytes that are not UTF-8 are replaced by U+FFFD (then usually <unk>); one
+  warning names the lines.
+"""
+
+
+@dataclass(frozen=True)
+class InputLine:
+    """One input: where it came from ("line 3" / "argument 2"), its text, and whether
+    undecodable bytes were replaced."""
+
+    label: str
+    number: int
+    text: str
+    replaced: bool = False
+
+
+class _WarningEcho(logging.Handler):
+    """Print edgeseq log warnings (e.g. the CUDA fallback) as `warning: ...` on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"warning: {record.getMessage()}", err=True)
+
+
+def _install_warning_echo() -> None:
+    logger = logging.getLogger("edgeseq")
+    if not any(isinstance(h, _WarningEcho) for h in logger.handlers):
+        handler = _WarningEcho(logging.WARNING)
+        logger.addHandler(handler)
+
+
+def warn(message: str) -> None:
+    """One warning line on stderr."""
+    click.echo(f"warning: {message}", err=True)
+
+
+def split_lines(data: bytes) -> list[tuple[str, bool]]:
+    """(text, replaced) per line of `data`: line endings (\\n, \\r\\n) and a UTF-8 BOM are
+    removed; undecodable bytes become U+FFFD and mark the line."""
+    if not data:
+        return []
+    raw = data.split(b"\n")
+    if raw[-1] == b"":
+        raw.pop()
+    out = []
+    for number, line in enumerate(raw):
+        line = line.removesuffix(b"\r")
+        if number == 0:
+            line = line.removeprefix(b"\xef\xbb\xbf")
+        try:
+            out.append((line.decode("utf-8"), False))
+        except UnicodeDecodeError:
+            out.append((line.decode("utf-8", errors="replace"), True))
+    return out
+
+
+def _argument_text(text: str) -> tuple[str, bool]:
+    """An argv string with undecodable bytes (surrogate escapes) replaced by U+FFFD."""
+    try:
+        text.encode("utf-8")
+        return text, False
+    except UnicodeEncodeError:
+        raw = text.encode("utf-8", errors="surrogateescape")
+        return raw.decode("utf-8", errors="replace"), True
+
+
+def read_inputs(texts: tuple[str, ...], input_file: str | None) -> list[InputLine]:
+    """The inputs: TEXT arguments, else --input FILE ("-": stdin), else stdin."""
+    if texts and input_file is not None:
+        raise click.UsageError("give TEXT arguments or --input FILE, not both")
+    if texts:
+        return [InputLine("argument", n, *_argument_text(t)) for n, t in enumerate(texts, start=1)]
+    if input_file is None or input_file == "-":
+        stdin = sys.stdin
+        data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
+    else:
+        data = Path(input_file).read_bytes()
+    return [InputLine("line", n, t, r) for n, (t, r) in enumerate(split_lines(data), start=1)]
+
+
+def encode_inputs(
+    generator: Generator, lines: list[InputLine], truncate: bool
+) -> dict[int, Source]:
+    """Encode every non-empty input up front (so an over-long line fails before any output);
+    print one warning each for replaced bytes, unknown symbols and truncation."""
+    sources: dict[int, Source] = {}
+    for index, line in enumerate(lines):
+        if not line.text:
+            continue
+        try:
+            sources[index] = generator.encode(line.text, truncate)
+        except InputTooLongError:
+            length = len(generator.tokenizers.source.encode(line.text)) + 1
+            raise InputTooLongError(
+                f"{line.label} {line.number} has {length} source tokens with </s> but the "
+                f"model's max_len is {generator.config.max_len}; shorten it or pass --truncate"
+            ) from None
+    replaced = [f"{line.label} {line.number}" for line in lines if line.replaced]
+    if replaced:
+        warn(f"not valid UTF-8, bytes replaced by U+FFFD: {_first(replaced)}")
+    unknown = sorted({s for source in sources.values() for s in source.unknown})
+    if unknown:
+        where = [f"{lines[i].label} {lines[i].number}" for i, s in sources.items() if s.unknown]
+        shown = " ".join(repr(s) for s in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
+        warn(f"symbols outside the source vocabulary, fed as <unk>: {shown} ({_first(where)})")
+    truncated = [f"{lines[i].label} {lines[i].number}" for i, s in sources.items() if s.truncated]
+    if truncated:
+        limit = generator.config.max_len
+        warn(f"cut to max_len {limit} tokens (with </s>): {_first(truncated)}")
+    return sources
+
+
+def _first(labels: list[str], shown: int = 5) -> str:
+    """ "line 2, line 7" or "line 2, line 7, ... (12 inputs)"."""
+    text = ", ".join(labels[:shown])
+    return text if len(labels) <= shown else f"{text}, ... ({len(labels)} inputs)"
+
+
+def result_json(line: InputLine, result: Result | None, generator: Generator) -> dict[str, Any]:
+    """The JSON object printed for one input with --json."""
+    out: dict[str, Any] = {"index": line.number, "input": line.text}
+    if result is None:
+        return out | {"output": "", "skipped": "empty"}
+    target = generator.tokenizers.target
+    out |= {
+        "output": result.text,
+        "ids": list(result.token_ids),
+        "tokens": [target.id_to_token(i) for i in result.token_ids],
+        "score": result.score,
+        "logprob": result.logprob,
+        "finished": result.finished,
+        "truncated": result.source.truncated,
+        "unknown": list(result.source.unknown),
+    }
+    if len(result.nbest) > 1:
+        out["nbest"] = [
+            {"output": c.text, "ids": list(c.token_ids), "score": c.score, "logprob": c.logprob}
+            for c in result.nbest
+        ]
+    return out
+
+
+@click.command(epilog=INPUT_RULES)
+@click.argument("bundle", type=click.Path(path_type=Path))
+@click.argument("texts", nargs=-1)
+@click.option(
+    "--input", "input_file", metavar="FILE", help="Read input lines from FILE (- = stdin)."
+)
+@click.option("--beam", type=int, default=1, show_default=True, help="Beam size (1: greedy).")
+@click.option(
+    "--n-best",
+    type=int,
+    default=1,
+    show_default=True,
+    help="Hypotheses per input (--json; <= --beam).",
+)
+@click.option(
+    "--length-penalty",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="Beam ranking: logprob / length**penalty.",
+)
+@click.option("--sample", is_flag=True, help="Sample instead of taking the most likely token.")
+@click.option("--temperature", type=float, default=None, help="Sampling temperature (default 1.0).")
+@click.option("--top-k", type=int, default=None, help="Sample among the k most likely tokens.")
+@click.option("--top-p", type=float, default=None, help="Nucleus sampling threshold in (0, 1].")
+@click.option("--seed", type=int, default=None, help="Seed: same seed + same input = same sample.")
+@click.option(
+    "--batch-size", type=int, default=32, show_default=True, help="Inputs per engine batch."
+)
+@click.option(
+    "--max-new-tokens", type=int, default=None, help="Cap on generated tokens (default: max_len)."
+)
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDER_CHOICES),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
+)
+@click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
+@click.option("--variant", default="fp32", show_default=True, help="Graph variant of the bundle.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
+@click.option(
+    "--truncate", is_flag=True, help="Cut over-long inputs to max_len instead of failing."
+)
+@click.option(
+    "--stream", is_flag=True, help="Print tokens as they are generated (greedy/sampling)."
+)
+def generate(
+    bundle: Path,
+    texts: tuple[str, ...],
+    input_file: str | None,
+    beam: int,
+    n_best: int,
+    length_penalty: float,
+    sample: bool,
+    temperature: float | None,
+    top_k: int | None,
+    top_p: float | None,
+    seed: int | None,
+    batch_size: int,
+    max_new_tokens: int | None,
+    provider: str,
+    threads: int | None,
+    variant: str,
+    as_json: bool,
+    truncate: bool,
+    stream: bool,
+) -> None:
+    """Generate outputs for TEXT arguments, or for input lines, with the bundle BUNDLE."""
+    sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
+    given = [name for name, value in sampling.items() if value is not None]
+    if given and not sample:
+        raise click.UsageError(f"{', '.join(given)} only apply with --sample")
+    if n_best > 1 and not as_json:
+        raise click.UsageError("--n-best prints its list with --json only")
+    if stream and (as_json or beam > 1):
+        raise click.UsageError("--stream works with greedy or sampling and plain output")
+    options = GenerationOptions(
+        max_new_tokens=max_new_tokens,
+        beam_size=beam,
+        n_best=n_best,
+        length_penalty=length_penalty,
+        sample=sample,
+        temperature=1.0 if temperature is None else temperature,
+        top_k=top_k or 0,
+        top_p=1.0 if top_p is None else top_p,
+        seed=seed,
+        batch_size=batch_size,
+        truncate=truncate,
+    )
+    _install_warning_echo()
+    generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
+    lines = read_inputs(texts, input_file)
+    sources = encode_inputs(generator, lines, truncate)
+    if stream:
+        for line in lines:
+            for piece in generator.stream(line.text, options) if line.text else ():
+                click.echo(piece, nl=False)
+            click.echo()
+        return
+    for start in range(0, len(lines), batch_size):
+        chunk = range(start, min(start + batch_size, len(lines)))
+        todo = [i for i in chunk if i in sources]
+        results = dict(
+            zip(todo, generator.generate([lines[i].text for i in todo], options), strict=True)
+        )
+        for i in chunk:
+            result = results.get(i)
+            if as_json:
+                click.echo(json.dumps(result_json(lines[i], result, generator), ensure_ascii=False))
+            else:
+                click.echo(result.text if result is not None else "")
