@@ -108,13 +108,14 @@ class OrtStep:
 @dataclass
 class OrtBoundState:
     """Decoder state as OrtValues on the device: cross K/V and cache (L, B, H, *, dh),
-    src_mask (B, S) bool."""
+    src_mask (B, S) bool. The empty cache of a new state is a host array (L, B, H, 0, dh):
+    onnxruntime copies its zero bytes in, and never has to allocate an empty device buffer."""
 
     cross_k: ort.OrtValue
     cross_v: ort.OrtValue
     src_mask: ort.OrtValue
-    past_k: ort.OrtValue
-    past_v: ort.OrtValue
+    past_k: ort.OrtValue | np.ndarray
+    past_v: ort.OrtValue | np.ndarray
 
     @property
     def batch(self) -> int:
@@ -124,7 +125,8 @@ class OrtBoundState:
     @property
     def past_len(self) -> int:
         """Target positions already cached."""
-        return int(self.past_k.shape()[3])
+        past = self.past_k
+        return int(past.shape[3] if isinstance(past, np.ndarray) else past.shape()[3])
 
 
 class OrtBoundStep(OrtStep):
@@ -165,8 +167,8 @@ class OrtBoundStep(OrtStep):
             cross_k,
             cross_v,
             self.to_device(src_ids != self.pad_id),
-            self.to_device(empty),
-            self.to_device(empty),
+            empty,
+            empty,
         )
 
     def step(  # type: ignore[override]
@@ -183,7 +185,10 @@ class OrtBoundStep(OrtStep):
             (C.CROSS_V, state.cross_v),
             (C.SRC_MASK, state.src_mask),
         ):
-            binding.bind_ortvalue_input(name, value)
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, value)
+            else:
+                binding.bind_ortvalue_input(name, value)
         binding.bind_output(C.LOGITS, "cpu")  # the search needs the logits on the host
         binding.bind_output(C.PRESENT_K, self.device_type, self.device_id)
         binding.bind_output(C.PRESENT_V, self.device_type, self.device_id)
@@ -197,12 +202,14 @@ class OrtBoundStep(OrtStep):
         rows = np.asarray(rows, dtype=np.int64)
         if np.array_equal(rows, np.arange(state.batch)):
             return state
+        past_k, past_v = _host(state.past_k)[:, rows], _host(state.past_v)[:, rows]
+        empty = past_k.shape[3] == 0
         return OrtBoundState(
             self.to_device(state.cross_k.numpy()[:, rows]),
             self.to_device(state.cross_v.numpy()[:, rows]),
             self.to_device(state.src_mask.numpy()[rows]),
-            self.to_device(state.past_k.numpy()[:, rows]),
-            self.to_device(state.past_v.numpy()[:, rows]),
+            np.ascontiguousarray(past_k) if empty else self.to_device(past_k),
+            np.ascontiguousarray(past_v) if empty else self.to_device(past_v),
         )
 
 
@@ -212,3 +219,8 @@ ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 def _numpy_dtype(value: ort.OrtValue) -> type:
     """numpy dtype of a float OrtValue (float32 or float16)."""
     return ORT_TO_NUMPY.get(value.data_type(), np.float32)
+
+
+def _host(value: ort.OrtValue | np.ndarray) -> np.ndarray:
+    """A numpy array of `value` (copied from the device when it is an OrtValue there)."""
+    return value if isinstance(value, np.ndarray) else value.numpy()

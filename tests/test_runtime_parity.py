@@ -98,6 +98,10 @@ def test_io_binding_step_equals_numpy_step(engines) -> None:
     logits, state = bound_step.step(state, np.full((len(sources), 2), 1, dtype=np.int64))
     assert logits.shape == (len(sources), 2, ort_step.vocab_size)
     assert state.past_len == 2 and bound_step.select(state, np.array([2, 2])).batch == 2
+    fresh = bound_step.select(bound_step.start(src), np.array([1, 1, 0]))  # empty host cache
+    logits, fresh = bound_step.step(fresh, np.full((3, 1), 1, dtype=np.int64))
+    want, _ = ort_step.step(ort_step.select(ort_step.start(src), np.array([1, 1, 0])), [[1]] * 3)
+    np.testing.assert_array_equal(logits, want)
 
 
 def test_seeded_sampling_equals_torch(engines, one_torch_thread) -> None:
