@@ -33,7 +33,7 @@ from edgeseq.runtime.cli_bundle import format_parity
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.ort_step import OrtStep
-from edgeseq.runtime.search import greedy_search
+from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel
 
 TOLERANCE_FP32 = 1e-4  # max |Δ| of any fp32 output vs PyTorch
@@ -45,6 +45,8 @@ LEVEL2_ROWS = 8  # held-out inputs decoded together at level 2
 LEVEL2_MAX_STEPS = 32
 LEVEL3_MIN_INPUTS = 200
 LEVEL3_BATCH = 32
+LEVEL3_BEAM_SIZE = 4  # beam search is also compared, on the first LEVEL3_BEAM_INPUTS inputs
+LEVEL3_BEAM_INPUTS = 50
 MAX_REPORTED_MISMATCHES = 5
 
 Progress = Callable[[str], None]
@@ -261,13 +263,39 @@ def level3_sequences(
                 entry.update(first_divergence(reference, engine, sources[index], want, have))
                 mismatches.append(entry)
     total = len(sources)
+    beam = level3_beam(reference, engine, sources[:LEVEL3_BEAM_INPUTS], max_new_tokens)
     return {
-        "passed": identical == total and total > 0,
+        "passed": identical == total and total > 0 and beam["passed"],
         "inputs": total,
         "identical": identical,
         "identical_rate": identical / total if total else 0.0,
         "max_new_tokens": max_new_tokens,
         "mismatches": mismatches,
+        "beam": beam,
+    }
+
+
+def level3_beam(
+    reference: StepModel, engine: StepModel, sources: Sequence[Sequence[int]], max_new: int
+) -> dict[str, Any]:
+    """Best beam-search hypotheses (LEVEL3_BEAM_SIZE) of both engines on `sources`."""
+    identical, differing = 0, []
+    for start in range(0, len(sources), LEVEL3_BATCH):
+        src = _padded(sources[start : start + LEVEL3_BATCH], reference.pad_id)
+        expected = beam_search(reference, src, LEVEL3_BEAM_SIZE, max_new)
+        got = beam_search(engine, src, LEVEL3_BEAM_SIZE, max_new)
+        for offset, (want, have) in enumerate(zip(expected, got, strict=True)):
+            if want[0].tokens == have[0].tokens:
+                identical += 1
+            elif len(differing) < MAX_REPORTED_MISMATCHES:
+                entry = {"index": start + offset, "torch_ids": list(want[0].tokens)}
+                differing.append(entry | {"onnx_ids": list(have[0].tokens)})
+    return {
+        "passed": identical == len(sources),
+        "beam_size": LEVEL3_BEAM_SIZE,
+        "inputs": len(sources),
+        "identical": identical,
+        "mismatches": differing,
     }
 
 
@@ -329,6 +357,9 @@ def check_parity(report: dict[str, Any]) -> None:
                 f"; input #{m['index']} first differs at step {m['step']}: torch top-2 "
                 f"{m['torch_top2']}, onnx top-2 {m['onnx_top2']}"
             )
+        beam = level3.get("beam", {})
+        if beam and not beam["passed"]:
+            text += f"; beam {beam['beam_size']}: {beam['identical']}/{beam['inputs']} identical"
         problems.append(text)
     raise ParityError(
         "the exported graphs do not match PyTorch: " + "; ".join(problems), report=report

@@ -52,7 +52,12 @@ def format_parity(report: dict[str, Any]) -> str:
         rows.append(("2", f"step logits vs {kind} torch ({size})", f"{diff:.1e}", ok(diff <= tol)))
     level3 = report["level3"]
     check = f"identical greedy sequences ({level3.get('source', '?')})"
-    rows.append(("3", check, f"{level3['identical']}/{level3['inputs']}", ok(level3["passed"])))
+    greedy_ok = level3["identical"] == level3["inputs"]
+    rows.append(("3", check, f"{level3['identical']}/{level3['inputs']}", ok(greedy_ok)))
+    beam = level3.get("beam")
+    if beam:
+        check = f"identical beam-{beam['beam_size']} best hypotheses (first {beam['inputs']})"
+        rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
         text = m.get("source_text", m["source_ids"])

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from edgeseq.export.verify import (
+    LEVEL3_BEAM_INPUTS,
     LEVEL3_MIN_INPUTS,
     TOLERANCE_FP32,
     check_parity,
@@ -33,6 +34,7 @@ def test_export_report_passes_all_three_levels(export_case) -> None:
     assert level1["encoder_cases"] == 6 and level1["decoder_cases"] == 36  # batch 1/3 ...
     assert level2["steps"] >= 20 and level2["max_abs_diff_uncached"] <= TOLERANCE_FP32
     assert level3["inputs"] == level3["identical"] == LEVEL3_MIN_INPUTS
+    assert level3["beam"]["inputs"] == level3["beam"]["identical"] == LEVEL3_BEAM_INPUTS
     assert export_case.manifest["variants"]["fp32"]["verified"] is True
 
 
@@ -42,6 +44,7 @@ def test_parity_reruns_on_the_written_bundle(export_case) -> None:
     check_parity(report)  # does not raise
     table = format_report(report)
     assert "decoder logits" in table and "40/40" in table and "parity passed" in table
+    assert "identical beam-4 best hypotheses (first 40)" in table
 
 
 def test_a_wrong_decoder_weight_raises_parity_error_with_numbers(export_case) -> None:
@@ -74,5 +77,6 @@ def test_a_level3_mismatch_names_the_first_divergent_step(export_case) -> None:
     assert first["step"] == 0 and first["torch_ids"] == [7] * 6
     assert first["torch_top2"][0][0] == 7 and first["torch_top2"][0][1] > 50
     assert first["onnx_top2"][0][1] < 50 and first["source_ids"] == sources[0]
+    assert level3["beam"]["identical"] == 0 and level3["beam"]["mismatches"][0]["index"] == 0
     with pytest.raises(ParityError, match=r"level 3 0/10 .* first differs at step 0"):
         check_parity(report)
