@@ -157,6 +157,7 @@ def inspect(bundle: Path) -> None:
     click.echo(text)
     if bad:
         raise BundleError(
-            f"{', '.join(bad)} in {bundle} do not match the manifest (tampered or corrupted); "
+            f"{', '.join(bad)} in {bundle} {'does' if len(bad) == 1 else 'do'} not match the "
+            "manifest (tampered or corrupted); "
             "re-export or copy the bundle again"
         )
