@@ -12,6 +12,8 @@ Choices (`PROVIDER_CHOICES`):
 
 onnxruntime silently falls back to CPU when a requested provider fails to load, so the
 active providers are always read back with ``session.get_providers()`` after creation.
+When the CUDA provider's shared library cannot even be loaded (onnxruntime-gpu without the
+CUDA libraries), no CUDA session is attempted, which spares onnxruntime's error log.
 """
 
 from __future__ import annotations
@@ -73,20 +75,30 @@ def session_options(threads: int | None = None, optimization: str = "all") -> or
     return options
 
 
+def cuda_library_error() -> str | None:
+    """Why onnxruntime's CUDA provider library cannot be loaded, or None when it loads (or
+    there is no such file to check). onnxruntime dlopens the same file the same way, so a
+    failure here means creating a CUDA session would fail too, after printing errors."""
+    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
+    if not library.is_file():
+        return None
+    try:
+        ctypes.CDLL(str(library))
+    except OSError as exc:  # e.g. "libcublasLt.so.13: cannot open shared object file"
+        return f"the CUDA provider library cannot be loaded: {exc}"
+    return None
+
+
 def cuda_unavailable_reason() -> str:
-    """Why the CUDA provider is not active, as precisely as can be found out after the fact."""
+    """Why the CUDA provider is not active, as precisely as can be found out."""
     if CUDA_EP not in ort.get_available_providers():
         return (
             f"this onnxruntime {ort.__version__} has no CUDA provider "
             "(install onnxruntime-gpu for CUDA)"
         )
-    library = Path(ort.__file__).parent / "capi" / "libonnxruntime_providers_cuda.so"
-    if library.is_file():
-        try:
-            ctypes.CDLL(str(library))
-        except OSError as exc:  # e.g. "libcublasLt.so.13: cannot open shared object file"
-            return f"the CUDA provider library cannot be loaded: {exc}"
-    return "the CUDA provider did not start (no usable GPU or driver; see onnxruntime's log)"
+    return cuda_library_error() or (
+        "the CUDA provider did not start (no usable GPU or driver; see onnxruntime's log)"
+    )
 
 
 def create_session(
@@ -119,7 +131,7 @@ def open_sessions(
             "cpu",
         )
     cuda = [(CUDA_EP, {"device_id": device_id}), CPU_EP]
-    if CUDA_EP in ort.get_available_providers():
+    if CUDA_EP in ort.get_available_providers() and cuda_library_error() is None:
         encoder = create_session(encoder_path, cuda, options)
         if CUDA_EP in encoder.get_providers():
             decoder = create_session(decoder_path, cuda, options)

@@ -105,6 +105,7 @@ def stand_in(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(providers, "create_session", create_session)
     monkeypatch.setattr(providers.ort, "get_available_providers", lambda: [CUDA_EP, CPU_EP])
     monkeypatch.setattr(providers, "cuda_unavailable_reason", lambda: "no GPU (stand-in)")
+    monkeypatch.setattr(providers, "cuda_library_error", lambda: None)
     return state
 
 
@@ -131,6 +132,17 @@ def test_inactive_cuda_strict_raises_auto_warns_once(stand_in, caplog) -> None:
 def test_a_build_without_cuda_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(providers.ort, "get_available_providers", lambda: [CPU_EP])
     assert "has no CUDA provider (install onnxruntime-gpu" in providers.cuda_unavailable_reason()
+
+
+def test_an_unloadable_cuda_library_skips_the_cuda_session(stand_in, monkeypatch) -> None:
+    error = "the CUDA provider library cannot be loaded: libcublasLt.so.13: cannot open"
+    monkeypatch.setattr(providers, "cuda_library_error", lambda: error)
+    monkeypatch.setattr(providers, "cuda_unavailable_reason", lambda: error)
+    with pytest.raises(ProviderError, match=r"libcublasLt\.so\.13"):
+        open_sessions("e.onnx", "d.onnx", "cuda")
+    assert stand_in["requested"] == []  # onnxruntime never tried (and never logged) CUDA
+    assert open_sessions("e.onnx", "d.onnx", "auto")[2] == "cpu"
+    assert stand_in["requested"] == [[CPU_EP], [CPU_EP]]
 
 
 # -- on a GPU ---------------------------------------------------------------------------------
