@@ -104,3 +104,16 @@ def test_too_old_opset_is_refused(tmp_path, export_model_factory) -> None:
     with pytest.raises(ExportError, match="opset 17 is too old"):
         export_encoder(model, tmp_path / "encoder.onnx", opset=MIN_OPSET - 1)
     assert not (tmp_path / "encoder.onnx").exists()
+
+
+def test_exporter_noise_is_silenced_but_replayed_on_failure(capsys) -> None:
+    from edgeseq.export.onnx_export import quiet_exporter
+
+    with quiet_exporter():
+        print("[torch.onnx] Run decompositions...")
+    assert capsys.readouterr().out == ""
+    with pytest.raises(RuntimeError, match="unsupported op"), quiet_exporter():
+        print("[torch.onnx] Translate the graph into ONNX... ❌")
+        raise RuntimeError("unsupported op")
+    captured = capsys.readouterr()
+    assert "Translate the graph into ONNX... ❌" in captured.err and captured.out == ""
