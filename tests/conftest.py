@@ -158,3 +158,29 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+# -- build_model (issue 2): a small synthetic task and a recipe that trains in ~1 s ---------------
+# Model and training fields of a flat recipe (see models/recipes/); tests override single fields.
+SMALL_RECIPE = dict(
+    d_model=32, n_heads=4, n_encoder_layers=1, n_decoder_layers=1, d_ff=64, dropout=0.1,
+    max_len=16, batch_tokens=300, warmup=60, lr_factor=1.0, epochs=2, label_smoothing=0.1,
+    clip=1.0, eval_max_items=20, eval_loss_max_items=40, eval_batch_size=20, save_every=1000,
+    log_every=2,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def small_reverse_task():
+    """`reverse` on 400 strings of 1..6 letters: ~360 train pairs, ~13 batches per epoch."""
+    from edgeseq.build_model.tasks import load_task
+
+    return load_task("reverse", size=400, max_len=6)
+
+
+@pytest.fixture(scope="session")
+def small_recipe_factory():
+    """`make(**overrides) -> Recipe` from SMALL_RECIPE."""
+    from edgeseq.build_model.train import Recipe
+
+    return lambda **overrides: Recipe.from_dict({**SMALL_RECIPE, **overrides})

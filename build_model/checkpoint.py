@@ -1,0 +1,205 @@
+"""Checkpoints: a directory of safetensors and JSON files, no pickles.
+
+    save_checkpoint(out / "last", model, tokenizers, task.describe(), state, optimizer)
+    model, tokenizers, meta = load_checkpoint(out / "last")   # meta.task, meta.train_state
+    restore_training(out / "last", optimizer)                 # Adam moments + torch RNG
+
+Layout of a checkpoint directory:
+
+    model.safetensors          weights (the tied output matrix is stored once)
+    config.json                ModelConfig, indent=2 sort_keys
+    tokenizer.json             source tokenizer [+ tokenizer.target.json when not shared]
+    task.json                  {"name": "g2p", "options": {"stress": true}, "format": 1}
+    train_state.json           step, epoch, best metric, recipe, seed, optimizer hyper-parameters
+    train_state.safetensors    optional: Adam moments ("optimizer.<param>.<key>") and the torch
+                               RNG state ("rng.torch"), needed only to resume training
+
+A checkpoint is written to a hidden temporary sibling directory and renamed into place, so a
+killed process never leaves a half-written checkpoint under the final name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, load_model, save_file, save_model
+
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.constants import CONFIG_FILE, TOKENIZER_FILE
+from edgeseq.runtime.errors import CheckpointError, EdgeseqError
+from edgeseq.runtime.tokenizer import TokenizerPair
+
+from .model import Seq2SeqTransformer
+
+CHECKPOINT_FORMAT = 1
+MODEL_FILE = "model.safetensors"
+TASK_FILE = "task.json"
+TRAIN_STATE_FILE = "train_state.json"
+TRAIN_TENSORS_FILE = "train_state.safetensors"
+REQUIRED_FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, TASK_FILE, TRAIN_STATE_FILE)
+
+
+@dataclass
+class CheckpointMeta:
+    """What a checkpoint says besides the weights."""
+
+    path: Path
+    task: dict[str, Any]  # {"name": ..., "options": {...}}: load_task(name, **options)
+    train_state: dict[str, Any]  # step, epoch, best, recipe, seed, finished, ...
+
+    @property
+    def resumable(self) -> bool:
+        """True when the optimizer state needed by `restore_training` is present."""
+        return (self.path / TRAIN_TENSORS_FILE).is_file()
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+
+@contextlib.contextmanager
+def _atomic_directory(path: Path) -> Iterator[Path]:
+    """Yield a fresh temporary directory that replaces `path` when the block succeeds."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
+    old = path.parent / f".{path.name}.old-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    try:
+        yield tmp
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    if path.exists():
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list]:
+    """Flatten an optimizer's state into named tensors plus its JSON-able param groups."""
+    state = optimizer.state_dict()
+    tensors = {
+        f"optimizer.{index}.{key}": value.detach().clone().contiguous()
+        for index, per_param in state["state"].items()
+        for key, value in per_param.items()
+        if isinstance(value, torch.Tensor)
+    }
+    tensors["rng.torch"] = torch.get_rng_state()
+    return tensors, state["param_groups"]
+
+
+def save_checkpoint(
+    path: str | Path,
+    model: Seq2SeqTransformer,
+    tokenizers: TokenizerPair,
+    task: dict[str, Any],
+    train_state: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path:
+    """Write a checkpoint directory at `path` (replacing one there); return the path.
+
+    `task` is `Task.describe()`; `train_state` is any JSON-able dict. With `optimizer`, its
+    state and the torch RNG state are saved too, so `restore_training` can resume exactly."""
+    path = Path(path)
+    state = dict(train_state, format=CHECKPOINT_FORMAT)
+    with _atomic_directory(path) as tmp:
+        save_model(model, str(tmp / MODEL_FILE), metadata={"format": str(CHECKPOINT_FORMAT)})
+        model.cfg.save(tmp / CONFIG_FILE)
+        tokenizers.save(tmp)
+        _write_json(tmp / TASK_FILE, dict(task, format=CHECKPOINT_FORMAT))
+        if optimizer is not None:
+            tensors, groups = optimizer_tensors(optimizer)
+            save_file(tensors, str(tmp / TRAIN_TENSORS_FILE))
+            state["optimizer_param_groups"] = groups
+        _write_json(tmp / TRAIN_STATE_FILE, state)
+    return path
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"cannot read {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{path} must hold a JSON object")
+    return data
+
+
+def read_meta(path: str | Path) -> CheckpointMeta:
+    """Check that `path` is a complete checkpoint and read its task and train state."""
+    path = Path(path)
+    if not path.is_dir():
+        raise CheckpointError(
+            f"checkpoint {path} does not exist; pass a directory written by `edgeseq train` "
+            "(e.g. runs/NAME/best)"
+        )
+    missing = [name for name in REQUIRED_FILES if not (path / name).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"checkpoint {path} is incomplete: missing {', '.join(missing)}; "
+            "use another checkpoint (e.g. the run's `last`) or retrain"
+        )
+    task = _read_json(path / TASK_FILE)
+    if not isinstance(task.get("name"), str) or not isinstance(task.get("options", {}), dict):
+        raise CheckpointError(f"{path / TASK_FILE} needs a task name and an options object")
+    task = {"name": task["name"], "options": task.get("options", {})}
+    return CheckpointMeta(path, task, _read_json(path / TRAIN_STATE_FILE))
+
+
+def load_checkpoint(
+    path: str | Path, device: str | torch.device = "cpu"
+) -> tuple[Seq2SeqTransformer, TokenizerPair, CheckpointMeta]:
+    """Load a checkpoint: the model (in eval mode, on `device`), its tokenizers and metadata."""
+    meta = read_meta(path)
+    path = meta.path
+    try:
+        cfg = ModelConfig.load(path / CONFIG_FILE)
+        tokenizers = TokenizerPair.load(path)
+    except EdgeseqError as exc:
+        raise CheckpointError(f"checkpoint {path}: {exc}") from None
+    sizes = (tokenizers.source.vocab_size, tokenizers.target.vocab_size)
+    if sizes != (cfg.src_vocab_size, cfg.tgt_vocab_size):
+        raise CheckpointError(
+            f"checkpoint {path}: tokenizer vocabularies {sizes} do not match config.json "
+            f"({cfg.src_vocab_size}, {cfg.tgt_vocab_size}); the directory mixes two runs"
+        )
+    model = Seq2SeqTransformer(cfg)
+    try:
+        load_model(model, path / MODEL_FILE, device=str(device))
+    except Exception as exc:  # safetensors raises RuntimeError or its own SafetensorError
+        raise CheckpointError(f"checkpoint {path}: weights do not fit config.json: {exc}") from None
+    return model.to(device).eval(), tokenizers, meta
+
+
+def restore_training(path: str | Path, optimizer: torch.optim.Optimizer) -> None:
+    """Load the optimizer state and the torch RNG state saved with a checkpoint."""
+    meta = read_meta(path)
+    if not meta.resumable or "optimizer_param_groups" not in meta.train_state:
+        raise CheckpointError(
+            f"checkpoint {meta.path} has no optimizer state ({TRAIN_TENSORS_FILE}); "
+            "resume from the run's `last` checkpoint"
+        )
+    tensors = load_file(str(meta.path / TRAIN_TENSORS_FILE))
+    per_param: dict[int, dict[str, torch.Tensor]] = {}
+    for name, value in tensors.items():
+        if name.startswith("optimizer."):
+            _, index, key = name.split(".", 2)
+            per_param.setdefault(int(index), {})[key] = value
+    groups = meta.train_state["optimizer_param_groups"]
+    try:
+        optimizer.load_state_dict({"state": per_param, "param_groups": groups})
+    except (ValueError, KeyError) as exc:
+        raise CheckpointError(
+            f"checkpoint {meta.path}: optimizer state does not fit: {exc}"
+        ) from None
+    if "rng.torch" in tensors:
+        torch.set_rng_state(tensors["rng.torch"])

@@ -1,0 +1,225 @@
+"""`edgeseq train` and `edgeseq evaluate`: option parsing over `train.train` and `evaluate_model`.
+
+edgeseq train --task reverse --recipe models/recipes/tiny.json --out runs/rev
+edgeseq train --task g2p --recipe models/recipes/g2p-small.json --out runs/g2p --max-minutes 30
+edgeseq train --out runs/g2p --resume --epochs 20
+edgeseq evaluate runs/g2p/best --split test
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import numpy as np
+import torch
+
+from edgeseq.runtime.errors import ConfigError, OptionsError
+from edgeseq.runtime.search import beam_search
+from edgeseq.runtime.step import StepModel
+from edgeseq.runtime.tokenizer import KINDS
+
+from .checkpoint import load_checkpoint
+from .recipe import Recipe
+from .tasks import TASK_NAMES, load_task
+from .train import evaluate_model
+from .train import train as train_run
+
+
+def _task_options(
+    task: str,
+    no_stress: bool,
+    data: Path | None,
+    kind: str,
+    target_kind: str | None,
+    vocab_size: int,
+) -> dict[str, Any]:
+    """Options of `load_task(task, ...)` from the command line; refuses options of other tasks."""
+    if no_stress and task != "g2p":
+        raise ConfigError("--no-stress applies to --task g2p only")
+    if task == "tsv":
+        if data is None:
+            raise ConfigError("--task tsv needs --data FILE (lines of source<TAB>target)")
+        return {
+            "path": str(data),
+            "kind": kind,
+            "target_kind": target_kind,
+            "vocab_size": vocab_size,
+        }
+    if data is not None:
+        raise ConfigError("--data applies to --task tsv only")
+    return {"stress": not no_stress} if task == "g2p" else {}
+
+
+@click.command()
+@click.option(
+    "--task", type=click.Choice(TASK_NAMES), help="What to learn (not needed with --resume)."
+)
+@click.option(
+    "--recipe",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Recipe JSON: model and training fields (see models/recipes/).",
+)
+@click.option(
+    "--out",
+    required=True,
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Run directory: best/, last/, log.jsonl, loss.png.",
+)
+@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and batches.")
+@click.option("--epochs", type=int, help="Override the recipe's epoch count.")
+@click.option("--max-minutes", type=float, help="Time budget; stops after the current step.")
+@click.option("--threads", type=int, help="torch intra-op threads (default: torch's choice).")
+@click.option("--no-stress", is_flag=True, help="g2p: strip stress digits from phonemes.")
+@click.option(
+    "--data",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="tsv: corpus file of source<TAB>target lines.",
+)
+@click.option(
+    "--kind",
+    type=click.Choice(KINDS),
+    default="char",
+    show_default=True,
+    help="tsv: source tokenizer kind.",
+)
+@click.option("--target-kind", type=click.Choice(KINDS), help="tsv: target kind (default --kind).")
+@click.option(
+    "--vocab-size",
+    type=int,
+    default=8000,
+    show_default=True,
+    help="tsv with bpe: vocabulary entries.",
+)
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+def train(
+    task: str | None,
+    recipe: Path | None,
+    out: Path,
+    resume: bool,
+    seed: int,
+    epochs: int | None,
+    max_minutes: float | None,
+    threads: int | None,
+    no_stress: bool,
+    data: Path | None,
+    kind: str,
+    target_kind: str | None,
+    vocab_size: int,
+    quiet: bool,
+) -> None:
+    """Train a model on a task; OUT/best and OUT/last are checkpoints.
+
+    \b
+    Examples:
+      edgeseq train --task reverse --recipe models/recipes/tiny.json --out runs/rev
+      edgeseq train --task g2p --no-stress --recipe models/recipes/g2p-small.json --out runs/g2p
+      edgeseq train --task tsv --data pairs.tsv --kind bpe --recipe my.json --out runs/mt
+      edgeseq train --out runs/g2p --resume --epochs 20
+    """
+    if not resume and (task is None or recipe is None):
+        raise ConfigError("a new run needs --task and --recipe (or --resume to continue --out)")
+    loaded_recipe = Recipe.load(recipe) if recipe is not None else None
+    loaded_task = None
+    if task is not None:
+        options = _task_options(task, no_stress, data, kind, target_kind, vocab_size)
+        loaded_task = load_task(task, **options)
+        click.echo(
+            f"task {task}: {len(loaded_task.train)} train, {len(loaded_task.dev)} dev, "
+            f"{len(loaded_task.test)} test pairs",
+            err=True,
+        )
+    summary = train_run(
+        loaded_task,
+        loaded_recipe,
+        out,
+        resume=resume,
+        seed=seed,
+        epochs=epochs,
+        max_minutes=max_minutes,
+        threads=threads,
+        progress=not quiet,
+    )
+    if "message" in summary:
+        click.echo(summary["message"])
+        return
+    dev = summary["dev"]
+    status = "finished" if summary["finished"] else "stopped (resume with --resume)"
+    click.echo(
+        f"{status} at step {summary['step']}, epoch {summary['epoch']}: "
+        f"{summary['tokens_per_s']:.0f} tokens/s over {summary['elapsed_s']:.0f} s"
+    )
+    click.echo("dev: " + _format(dev))
+    best = summary["best"]
+    click.echo(f"best (step {best['step']}): {_format(best)} -> {out / 'best'}")
+
+
+def _format(metrics: dict[str, Any]) -> str:
+    keys = ("exact_match", "wer", "per", "wer_nostress", "per_nostress", "dev_loss")
+    return ", ".join(f"{k} {metrics[k]:.4f}" for k in keys if k in metrics)
+
+
+def _beam(beam_size: int):
+    """A search callable (model, src_ids, max_new_tokens) -> best ids per row of beam search."""
+
+    def search(model: StepModel, src_ids: np.ndarray, max_new_tokens: int) -> list[list[int]]:
+        return [
+            list(hyps[0].tokens) for hyps in beam_search(model, src_ids, beam_size, max_new_tokens)
+        ]
+
+    return search
+
+
+@click.command()
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--split", type=click.Choice(["dev", "test"]), default="test", show_default=True)
+@click.option("--limit", type=int, help="Score only the first N sources of the split.")
+@click.option("--beam", type=int, help="Beam search with this width (default: greedy).")
+@click.option("--batch-size", type=int, default=128, show_default=True)
+@click.option("--threads", type=int, help="torch intra-op threads.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+def evaluate(
+    checkpoint: Path,
+    split: str,
+    limit: int | None,
+    beam: int | None,
+    batch_size: int,
+    threads: int | None,
+    as_json: bool,
+) -> None:
+    """Score CHECKPOINT on its task's dev or test split: exact match, WER, PER.
+
+    The task (and options such as --no-stress) are read from CHECKPOINT/task.json. A source
+    counts as correct when the output equals any of its references (G2P words with several
+    pronunciations); PER is edit distance to the closest reference over its length.
+    """
+    if beam is not None and beam < 1:
+        raise OptionsError(f"--beam must be >= 1, got {beam}")
+    if limit is not None and limit < 1:
+        raise OptionsError(f"--limit must be >= 1, got {limit}")
+    if threads:
+        torch.set_num_threads(threads)
+    model, tokenizers, meta = load_checkpoint(checkpoint)
+    task = load_task(meta.task["name"], **meta.task["options"])
+    search = _beam(beam) if beam else None
+    metrics = evaluate_model(model, tokenizers, task, split, limit, batch_size, search)
+    result = {
+        "checkpoint": str(checkpoint),
+        "task": meta.task,
+        "split": split,
+        "search": f"beam {beam}" if beam else "greedy",
+        **metrics,
+    }
+    if as_json:
+        click.echo(json.dumps(result, sort_keys=True))
+        return
+    click.echo(
+        f"{checkpoint}: task {meta.task['name']} {meta.task['options']}, {split} split, "
+        f"{result['search']}, {int(metrics['count'])} sources"
+    )
+    for key, value in metrics.items():
+        if key != "count":
+            click.echo(f"  {key:<13} {value:.4f}")

@@ -1,0 +1,99 @@
+"""A recipe: the model hyper-parameters and training settings of a run, one flat JSON object.
+
+    recipe = Recipe.load("models/recipes/tiny.json")      # ConfigError naming every problem
+    cfg = recipe.model_config(src_vocab_size=14, tgt_vocab_size=14)
+    recipe.to_dict()                                      # the flat form, stored in checkpoints
+
+Model fields are those of `ModelConfig` except the vocabulary sizes and special ids (they come
+from the tokenizers); the training fields are documented on `Recipe`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import ConfigError
+
+MODEL_FIELDS = ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "dropout")
+MODEL_FIELDS += ("max_len", "positional", "norm", "activation", "tie_output", "layer_norm_eps")
+
+
+@dataclass
+class Recipe:
+    """Model hyper-parameters plus training settings; a flat JSON object on disk."""
+
+    model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields but vocab sizes
+    batch_tokens: int = 4000  # padded source + target tokens per batch
+    warmup: int = 4000  # steps of linear learning-rate warm-up
+    lr_factor: float = 1.0  # scale of the inverse-square-root schedule
+    epochs: int = 10
+    label_smoothing: float = 0.1
+    clip: float = 1.0  # max global gradient norm; 0 disables clipping
+    eval_max_items: int = 500  # dev sources decoded greedily per evaluation; 0 = all
+    eval_loss_max_items: int = 10000  # dev pairs in the dev loss; 0 = all
+    eval_batch_size: int = 128  # sources per greedy batch
+    save_every: int = 500  # steps between `last` checkpoints
+    log_every: int = 50  # steps between log.jsonl lines
+    description: str = ""
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recipe:
+        """Split a flat recipe into model and training fields; ConfigError lists every problem."""
+        if not isinstance(data, dict):
+            raise ConfigError("a recipe must be a JSON object")
+        train_names = {f.name for f in fields(cls)} - {"model"}
+        unknown = sorted(set(data) - train_names - set(MODEL_FIELDS))
+        problems = [f"unknown recipe keys: {', '.join(unknown)}"] if unknown else []
+        recipe = cls(
+            model={k: v for k, v in data.items() if k in MODEL_FIELDS},
+            **{k: v for k, v in data.items() if k in train_names},
+        )
+        problems += recipe.problems()
+        if problems:
+            raise ConfigError("invalid recipe: " + "; ".join(problems) + ". Fix the recipe file.")
+        return recipe
+
+    @classmethod
+    def load(cls, path: str | Path) -> Recipe:
+        """Read a recipe JSON file."""
+        path = Path(path)
+        try:
+            return cls.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise ConfigError(f"recipe {path} does not exist; see models/recipes/") from None
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"recipe {path} is not valid JSON: {exc}") from None
+
+    def problems(self) -> list[str]:
+        """Every problem with the training fields and the model fields."""
+        out = [p for p in self.model_config(100, 100).problems() if "vocab" not in p]
+        positive = ("batch_tokens", "warmup", "epochs", "eval_batch_size", "save_every")
+        for name in (*positive, "log_every", "eval_max_items", "eval_loss_max_items"):
+            value = getattr(self, name)
+            low = 1 if name in positive or name == "log_every" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                out.append(f"{name} must be an integer >= {low}, got {value!r}")
+        for name, low, high in (("lr_factor", 0, math.inf), ("clip", 0, math.inf)):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not low <= value < high:
+                out.append(f"{name} must be a number >= {low}, got {value!r}")
+        ls = self.label_smoothing
+        if not isinstance(ls, (int, float)) or not 0 <= ls < 1:
+            out.append(f"label_smoothing must be in [0, 1), got {ls!r}")
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        """The flat JSON form (model fields at the top level)."""
+        data = {k: v for k, v in asdict(self).items() if k != "model"}
+        return {**self.model, **data}
+
+    def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
+        """The ModelConfig of this recipe for the given vocabulary sizes (not validated)."""
+        return ModelConfig(
+            src_vocab_size=src_vocab_size, tgt_vocab_size=tgt_vocab_size, **self.model
+        )

@@ -1,0 +1,390 @@
+"""The training loop, as a library function (the `edgeseq train` command only parses options).
+
+    task = load_task("reverse")
+    recipe = Recipe.load("models/recipes/tiny.json")
+    summary = train(task, recipe, "runs/rev", seed=0, max_minutes=3)
+    summary = train(None, None, "runs/rev", resume=True, epochs=20)   # continue exactly
+
+Adam (0.9, 0.98, 1e-9) with the paper's schedule lr = factor * d_model^-0.5 *
+min(step^-0.5, step * warmup^-1.5), label-smoothed cross-entropy that ignores padding,
+gradient-norm clipping, length-bucketed batches of at most `batch_tokens` padded tokens.
+After every epoch (and when stopped by a budget) the dev split is scored: loss over up to
+`eval_loss_max_items` pairs and greedy exact match / WER / PER over up to `eval_max_items`
+sources. OUT/last holds the latest state (also every `save_every` steps), OUT/best the best
+dev exact match (ties: lower dev loss); OUT/log.jsonl and OUT/loss.png record the run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+from tqdm import tqdm
+
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import CheckpointError, ConfigError
+from edgeseq.runtime.metrics import evaluate_references
+from edgeseq.runtime.tokenizer import TokenizerPair
+
+from .checkpoint import load_checkpoint, read_meta, restore_training, save_checkpoint
+from .model import Seq2SeqTransformer
+from .recipe import Recipe
+from .tasks import Task, encode_pairs, load_task, make_batches
+from .torch_step import TorchStep
+
+
+def learning_rate(step: int, d_model: int, warmup: int, factor: float) -> float:
+    """factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1."""
+    step = max(step, 1)
+    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+
+
+def collate(
+    examples: list[tuple[list[int], list[int]]], rows: np.ndarray, cfg: ModelConfig
+) -> tuple[Tensor, Tensor, Tensor]:
+    """src (B, S) = tokens + </s>; tgt_in (B, T) = <s> + tokens; tgt_out (B, T) = tokens + </s>."""
+    picked = [examples[i] for i in rows]
+    src_w = max(len(s) for s, _ in picked) + 1
+    tgt_w = max(len(t) for _, t in picked) + 1
+    pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
+    src = torch.full((len(picked), src_w), pad, dtype=torch.long)
+    tgt_in = torch.full((len(picked), tgt_w), pad, dtype=torch.long)
+    tgt_out = torch.full((len(picked), tgt_w), pad, dtype=torch.long)
+    for r, (s, t) in enumerate(picked):
+        src[r, : len(s) + 1] = torch.tensor([*s, eos])
+        tgt_in[r, : len(t) + 1] = torch.tensor([bos, *t])
+        tgt_out[r, : len(t) + 1] = torch.tensor([*t, eos])
+    return src, tgt_in, tgt_out
+
+
+def _new_run(task: Task, recipe: Recipe, out: Path, seed: int):
+    """Refuse an `out` that holds a run; build tokenizers, model and a fresh state."""
+    for name in ("last", "best"):
+        if (out / name).exists():
+            state = read_meta(out / name).train_state
+            kind = "finished" if state.get("finished") else "unfinished"
+            raise CheckpointError(
+                f"{out} already holds a {kind} run (step {state.get('step')}); continue it "
+                "with --resume (and a larger --epochs) or choose another --out"
+            )
+    if out.exists() and any(out.iterdir()):
+        raise CheckpointError(f"{out} exists and is not an edgeseq run; choose another --out")
+    torch.manual_seed(seed)
+    tokenizers = task.build_tokenizers()
+    cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
+    state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None, "seed": seed}
+    return Seq2SeqTransformer(cfg.validate()), tokenizers, state
+
+
+def _resumed_run(task: Task | None, recipe: Recipe | None, out: Path):
+    """Load OUT/last, checking that a given task or recipe matches the saved one."""
+    if not (out / "last").exists():
+        raise CheckpointError(f"nothing to resume: {out / 'last'} does not exist; drop --resume")
+    model, tokenizers, meta = load_checkpoint(out / "last")
+    saved = Recipe.from_dict(meta.train_state["recipe"])
+    if recipe is not None and dict(recipe.to_dict(), epochs=0) != dict(saved.to_dict(), epochs=0):
+        raise ConfigError(f"--recipe differs from the one {out} was trained with; drop --recipe")
+    if task is not None and task.describe() != meta.task:
+        raise ConfigError(f"the task differs from the one {out} was trained on ({meta.task})")
+    task = load_task(meta.task["name"], **meta.task["options"])
+    return model, tokenizers, meta.train_state, saved, task
+
+
+def train(
+    task: Task | None,
+    recipe: Recipe | None,
+    out: str | Path,
+    *,
+    resume: bool = False,
+    seed: int = 0,
+    epochs: int | None = None,
+    max_minutes: float | None = None,
+    max_steps: int | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Train `task` with `recipe` into directory `out`; return a summary dict.
+
+    With `resume`, task, recipe and seed come from OUT/last (task and recipe may be None) and
+    training continues exactly where it stopped. `epochs` overrides the recipe's; training
+    stops cleanly (evaluation + checkpoint) after `max_minutes` or `max_steps` (this call)."""
+    out = Path(out)
+    if threads:
+        torch.set_num_threads(threads)
+    if resume:
+        model, tokenizers, state, recipe, task = _resumed_run(task, recipe, out)
+    elif task is None or recipe is None:
+        raise ConfigError("a new run needs a task and a recipe")
+    else:
+        model, tokenizers, state = _new_run(task, recipe, out, seed)
+    total_epochs = epochs or recipe.epochs
+    if resume and state["epoch"] >= total_epochs:
+        message = f"already trained {state['epoch']} epochs; pass a larger --epochs"
+        return {**state, "message": message}
+    trainer = Trainer(model, tokenizers, task, recipe, out, state, total_epochs, progress)
+    if resume:
+        restore_training(out / "last", trainer.optimizer)
+    trainer.log.write(event="start", resume=resume, threads=torch.get_num_threads(), **trainer.info)
+    deadline = time.monotonic() + max_minutes * 60 if max_minutes else math.inf
+    started, metrics, stopped = time.monotonic(), {}, False
+    for epoch in range(state["epoch"], total_epochs):
+        stopped = trainer.run_epoch(epoch, deadline, max_steps)
+        metrics = trainer.evaluate_and_save()
+        if stopped:
+            break
+    elapsed = time.monotonic() - started
+    summary = {**state, "dev": metrics, "elapsed_s": elapsed, "steps": trainer.steps}
+    summary.update(tokens_per_s=trainer.tokens / max(elapsed, 1e-9), stopped_early=stopped)
+    trainer.log.write(event="stop", **{k: v for k, v in summary.items() if k != "best"})
+    return summary
+
+
+class Trainer:
+    """The state of one training call: model, optimizer, data, run state and log."""
+
+    def __init__(
+        self,
+        model: Seq2SeqTransformer,
+        tokenizers: TokenizerPair,
+        task: Task,
+        recipe: Recipe,
+        out: Path,
+        state: dict[str, Any],
+        epochs: int,
+        progress: bool = True,
+    ) -> None:
+        self.model, self.tokenizers, self.task, self.recipe = (
+            model.train(),
+            tokenizers,
+            task,
+            recipe,
+        )
+        self.out, self.state, self.epochs, self.progress = out, state, epochs, progress
+        betas, eps = (0.9, 0.98), 1e-9
+        self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps)
+        self.examples, dropped = encode_pairs(task.train, tokenizers, model.cfg.max_len)
+        self.lengths = [(len(s) + 1, len(t) + 1) for s, t in self.examples]
+        self.steps = self.tokens = 0  # in this call
+        self.log = _Log(out / "log.jsonl")
+        params = sum(p.numel() for p in model.parameters())
+        self.info = {"step": state["step"], "seed": state["seed"], "task": task.describe()}
+        self.info.update(recipe=recipe.to_dict(), params=params, dropped_too_long=dropped)
+        self.info["train_examples"] = len(self.examples)
+
+    def train_step(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> float:
+        """One update on src (B, S), tgt_in (B, T), tgt_out (B, T); returns the loss."""
+        cfg, recipe = self.model.cfg, self.recipe
+        self.state["step"] += 1
+        lr = learning_rate(self.state["step"], cfg.d_model, recipe.warmup, recipe.lr_factor)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        logits = self.model(src, tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            tgt_out.reshape(-1),
+            ignore_index=cfg.pad_id,
+            label_smoothing=recipe.label_smoothing,
+        )
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if recipe.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), recipe.clip)
+        self.optimizer.step()
+        return loss.item()
+
+    def run_epoch(self, epoch: int, deadline: float, max_steps: int | None) -> bool:
+        """Train the rest of `epoch`; True when stopped early by the deadline or max_steps."""
+        cfg, state, seed = self.model.cfg, self.state, self.state["seed"]
+        rng = np.random.default_rng([seed, epoch])  # the same batches when resumed
+        batches = make_batches(self.lengths, self.recipe.batch_tokens, rng)
+        bar = tqdm(
+            total=len(batches),
+            initial=state["batch_in_epoch"],
+            unit="batch",
+            desc=f"epoch {epoch + 1}/{self.epochs}",
+            disable=not self.progress,
+        )
+        window_tokens, window_start, stopped = 0, time.monotonic(), False
+        for index in range(state["batch_in_epoch"], len(batches)):
+            src, tgt_in, tgt_out = collate(self.examples, batches[index], cfg)
+            loss = self.train_step(src, tgt_in, tgt_out)
+            state["batch_in_epoch"] = index + 1
+            tokens = int((src != cfg.pad_id).sum() + (tgt_out != cfg.pad_id).sum())
+            self.steps, self.tokens, window_tokens = (
+                self.steps + 1,
+                self.tokens + tokens,
+                window_tokens + tokens,
+            )
+            rate = window_tokens / max(time.monotonic() - window_start, 1e-9)
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", refresh=False)
+            if state["step"] % self.recipe.log_every == 0:
+                lr = self.optimizer.param_groups[0]["lr"]
+                self.log.write(
+                    event="step",
+                    step=state["step"],
+                    epoch=epoch,
+                    loss=loss,
+                    lr=lr,
+                    tokens_per_s=rate,
+                )
+                window_tokens, window_start = 0, time.monotonic()
+            if state["step"] % self.recipe.save_every == 0:
+                self.save("last", with_optimizer=True)
+            if time.monotonic() >= deadline or (max_steps is not None and self.steps >= max_steps):
+                stopped = index + 1 < len(batches) or epoch + 1 < self.epochs
+                break
+        bar.close()
+        if state["batch_in_epoch"] >= len(batches):
+            state["epoch"], state["batch_in_epoch"] = epoch + 1, 0
+        state["finished"] = state["epoch"] >= self.epochs
+        return stopped
+
+    def save(self, name: str, with_optimizer: bool) -> None:
+        """Write OUT/name (with the optimizer and RNG state when `with_optimizer`)."""
+        train_state = {**self.state, "recipe": self.recipe.to_dict(), "epochs": self.epochs}
+        optimizer = self.optimizer if with_optimizer else None
+        save_checkpoint(
+            self.out / name,
+            self.model,
+            self.tokenizers,
+            self.task.describe(),
+            train_state,
+            optimizer,
+        )
+
+    def evaluate_and_save(self) -> dict[str, Any]:
+        """Score the dev split; save OUT/last, and OUT/best when exact match (then dev loss)
+        improved; redraw the loss curve. Returns the metrics."""
+        start = time.monotonic()
+        metrics = dev_metrics(self.model, self.task, self.tokenizers, self.recipe)
+        metrics["eval_s"] = time.monotonic() - start
+        best = self.state["best"]
+        improved = best is None or (metrics["exact_match"], -metrics["dev_loss"]) > (
+            best["exact_match"],
+            -best["dev_loss"],
+        )
+        if improved:
+            self.state["best"] = {**metrics, "step": self.state["step"]}
+        self.log.write(event="eval", step=self.state["step"], epoch=self.state["epoch"], **metrics)
+        self.save("last", with_optimizer=True)
+        if improved:
+            self.save("best", with_optimizer=False)
+        plot_log(self.out / "log.jsonl", self.out / "loss.png")
+        self.model.train()
+        return metrics
+
+
+@torch.no_grad()
+def dev_loss(
+    model: Seq2SeqTransformer,
+    pairs: list[tuple[str, str]],
+    tokenizers: TokenizerPair,
+    batch_tokens: int,
+) -> float:
+    """Mean cross-entropy per target token (no label smoothing, eval mode) over `pairs`."""
+    cfg = model.cfg
+    model.eval()
+    examples, _ = encode_pairs(pairs, tokenizers, cfg.max_len)
+    lengths = [(len(s) + 1, len(t) + 1) for s, t in examples]
+    total, count = 0.0, 0
+    for rows in make_batches(lengths, batch_tokens, np.random.default_rng(0)):
+        src, tgt_in, tgt_out = collate(examples, rows, cfg)
+        logits = model(src, tgt_in)  # (B, T, V)
+        total += F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            tgt_out.reshape(-1),
+            ignore_index=cfg.pad_id,
+            reduction="sum",
+        ).item()
+        count += int((tgt_out != cfg.pad_id).sum())
+    return total / max(count, 1)
+
+
+def evaluate_model(
+    model: Seq2SeqTransformer,
+    tokenizers: TokenizerPair,
+    task: Task,
+    split: str = "dev",
+    limit: int | None = None,
+    batch_size: int = 128,
+    search: Any = None,
+) -> dict[str, float]:
+    """Exact match, WER and token error rate ("per") of greedy decoding (or `search`, a
+    callable (step_model, src_ids (B, S), max_new_tokens) -> ids per row) on the first
+    `limit` sources of `split`; for G2P with stress also the stressless WER and PER."""
+    tokenize = list if task.target_tokens_are_chars else str.split
+    kwargs = {"search": search} if search is not None else {}
+    return evaluate_references(
+        TorchStep(model),
+        tokenizers,
+        task.references(split),
+        limit=limit,
+        batch_size=batch_size,
+        tokenize=tokenize,
+        with_stressless=task.has_stress,
+        **kwargs,
+    )
+
+
+def plot_log(log_path: Path, png_path: Path) -> None:
+    """Draw train loss per logged step and dev loss per evaluation from log.jsonl into a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    records = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines()]
+    train_pts = [(r["step"], r["loss"]) for r in records if r.get("event") == "step"]
+    dev_pts = [(r["step"], r["dev_loss"]) for r in records if r.get("event") == "eval"]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for points, label in ((train_pts, "train (label-smoothed)"), (dev_pts, "dev")):
+        if points:
+            ax.plot(*zip(*points, strict=True), marker="." if label == "dev" else None, label=label)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy per token")
+    ax.legend()
+    fig.tight_layout()
+    tmp = png_path.with_suffix(".tmp.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    tmp.replace(png_path)
+
+
+def dev_metrics(
+    model: Seq2SeqTransformer, task: Task, tokenizers: TokenizerPair, recipe: Recipe
+) -> dict[str, Any]:
+    """Dev loss (no smoothing) over the first `eval_loss_max_items` dev pairs and greedy
+    metrics over the first `eval_max_items` dev sources."""
+    loss_pairs = task.dev[: recipe.eval_loss_max_items or None]
+    metrics = {"dev_loss": dev_loss(model, loss_pairs, tokenizers, recipe.batch_tokens)}
+    metrics.update(
+        evaluate_model(
+            model,
+            tokenizers,
+            task,
+            "dev",
+            limit=recipe.eval_max_items or None,
+            batch_size=recipe.eval_batch_size,
+        )
+    )
+    return metrics
+
+
+class _Log:
+    """Appends one JSON object per line, with wall-clock time."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+
+    def write(self, **record: Any) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps({"time": time.time(), **record}, sort_keys=True) + "\n")

@@ -1,0 +1,186 @@
+"""Training loop, checkpoints, resume and the train/evaluate commands, on a ~1 s task."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors import safe_open
+
+from edgeseq.build_model.checkpoint import load_checkpoint, save_checkpoint
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.build_model.train import Recipe, learning_rate, train
+from edgeseq.runtime.cli import cli, main
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import CheckpointError, ConfigError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def trained_run(small_reverse_task, small_recipe_factory, tmp_path_factory) -> tuple[Path, dict]:
+    """120 steps (~9 epochs) on the small reverse task: the run directory and the summary."""
+    out = tmp_path_factory.mktemp("run") / "rev"
+    threads = torch.get_num_threads()
+    try:
+        summary = train(
+            small_reverse_task,
+            small_recipe_factory(epochs=20),
+            out,
+            seed=0,
+            max_steps=120,
+            threads=1,
+            progress=False,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return out, summary
+
+
+def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+def test_training_drives_the_loss_down_and_writes_the_run(trained_run) -> None:
+    out, summary = trained_run
+    records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
+    losses = [r["loss"] for r in records if r["event"] == "step"]
+    assert len(losses) == 60  # log_every 2, 120 steps
+    assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5  # 2.62 -> 1.86 here
+    assert summary["steps"] == 120 and summary["stopped_early"] and not summary["finished"]
+    assert records[0]["event"] == "start" and records[-1]["event"] == "stop"
+    evals = [r for r in records if r["event"] == "eval"]
+    assert {"dev_loss", "exact_match", "wer", "per"} <= set(evals[-1])
+    assert (out / "loss.png").stat().st_size > 1000
+    for name in ("best", "last"):
+        assert (out / name / "model.safetensors").is_file()
+    assert (out / "last" / "train_state.safetensors").is_file()
+    assert not (out / "best" / "train_state.safetensors").exists()  # best is for inference
+    assert not list(out.rglob("*.pt")) + list(out.rglob("*.pkl")) + list(out.rglob(".*tmp*"))
+
+
+def test_learning_rate_warms_up_then_decays_as_inverse_sqrt() -> None:
+    d, warmup = 256, 100
+    peak = learning_rate(warmup, d, warmup, 1.0)
+    assert peak == pytest.approx(d**-0.5 * warmup**-0.5)
+    assert learning_rate(50, d, warmup, 1.0) == pytest.approx(peak / 2)
+    assert learning_rate(400, d, warmup, 2.0) == pytest.approx(2 * peak / 2)
+
+
+@pytest.mark.parametrize("tie_output", [False, True])
+def test_checkpoint_round_trip_gives_identical_outputs(
+    tie_output: bool, small_reverse_task, tmp_path: Path
+) -> None:
+    tokenizers = small_reverse_task.build_tokenizers()
+    vocab = tokenizers.source.vocab_size
+    sizes = dict(d_model=16, n_heads=2, n_encoder_layers=1, n_decoder_layers=1, d_ff=32)
+    cfg = ModelConfig(src_vocab_size=vocab, tgt_vocab_size=vocab, tie_output=tie_output, **sizes)
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(cfg).eval()
+    task = small_reverse_task.describe()
+    path = save_checkpoint(tmp_path / "ckpt", model, tokenizers, task, {"step": 7})
+    loaded, loaded_tokenizers, meta = load_checkpoint(path)
+    src, tgt = torch.tensor([[5, 6, 7, 2]]), torch.tensor([[1, 7, 6]])
+    assert torch.equal(loaded(src, tgt), model(src, tgt))
+    assert meta.task == task and meta.train_state["step"] == 7 and not meta.resumable
+    assert loaded_tokenizers.shared and loaded_tokenizers.source.encode("abc") == [4, 5, 6]
+    assert json.loads((path / "task.json").read_text())["name"] == "reverse"
+    with safe_open(str(path / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert ("output.weight" in names) != (tie_output and "tgt_embed.weight" in names)
+    if tie_output:
+        assert loaded.output.weight is loaded.tgt_embed.weight
+
+
+def test_load_checkpoint_errors_say_what_is_wrong(trained_run, tmp_path: Path) -> None:
+    with pytest.raises(CheckpointError, match="does not exist; pass a directory written by"):
+        load_checkpoint(tmp_path / "nothing")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text((trained_run[0] / "best" / "config.json").read_text())
+    with pytest.raises(CheckpointError, match=r"incomplete: missing model\.safetensors, tokenizer"):
+        load_checkpoint(broken)
+
+
+def test_resume_continues_exactly(small_reverse_task, small_recipe_factory, tmp_path: Path) -> None:
+    """2 epochs straight == 10 steps, stop, resume (mid-epoch 1, dropout on): same weights."""
+    recipe = small_recipe_factory(epochs=2)
+    straight = train(small_reverse_task, recipe, tmp_path / "a", seed=3, progress=False)
+    stopped = train(
+        small_reverse_task, recipe, tmp_path / "b", seed=3, max_steps=10, progress=False
+    )
+    assert stopped["stopped_early"] and stopped["epoch"] == 0 and stopped["batch_in_epoch"] == 10
+    resumed = train(None, None, tmp_path / "b", resume=True, progress=False)
+    assert resumed["finished"] and resumed["step"] == straight["step"] > 20
+    a, _, _ = load_checkpoint(tmp_path / "a" / "last")
+    b, _, _ = load_checkpoint(tmp_path / "b" / "last")
+    for name, value in _weights(a).items():
+        assert torch.equal(value, b.state_dict()[name]), name
+    again = train(None, None, tmp_path / "b", resume=True, progress=False)
+    assert "pass a larger --epochs" in again["message"]
+
+
+def test_new_run_refuses_an_existing_run(
+    trained_run, small_reverse_task, small_recipe_factory, tmp_path: Path
+) -> None:
+    with pytest.raises(CheckpointError, match=r"unfinished run .*--resume .*another --out"):
+        train(small_reverse_task, small_recipe_factory(), trained_run[0], progress=False)
+    with pytest.raises(CheckpointError, match="nothing to resume"):
+        train(None, None, tmp_path / "empty", resume=True, progress=False)
+    with pytest.raises(ConfigError, match="--recipe differs"):
+        train(None, small_recipe_factory(d_model=64), trained_run[0], resume=True)
+
+
+def test_bad_recipe_names_every_problem() -> None:
+    with pytest.raises(ConfigError) as info:
+        Recipe.from_dict(
+            {"d_model": 30, "n_heads": 4, "warmup": 0, "lr_factr": 1.0, "label_smoothing": 1.5}
+        )
+    message = str(info.value)
+    assert "unknown recipe keys: lr_factr" in message and "divisible by n_heads" in message
+    assert "warmup must be an integer >= 1" in message
+    assert "label_smoothing must be in [0, 1)" in message
+
+
+def test_shipped_recipes_are_valid() -> None:
+    for path in Path(__file__).parents[1].glob("models/recipes/*.json"):
+        Recipe.load(path)
+    small = Recipe.load(Path(__file__).parents[1] / "models/recipes/g2p-small.json")
+    assert (small.model["d_model"], small.model["n_heads"], small.model["d_ff"]) == (256, 4, 1024)
+
+
+@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["evaluate", "--help"]])
+def test_help(args: list[str]) -> None:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "Usage:" in result.output
+
+
+def test_evaluate_command_prints_metrics(trained_run) -> None:
+    result = CliRunner().invoke(
+        cli, ["evaluate", str(trained_run[0] / "best"), "--split", "dev", "--limit", "5", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output)
+    assert metrics["count"] == 5 and metrics["split"] == "dev" and metrics["per"] >= 0
+    text = CliRunner().invoke(
+        cli, ["evaluate", str(trained_run[0] / "best"), "--limit", "3", "--beam", "2"]
+    )
+    assert text.exit_code == 0, text.output
+    assert "test split, beam 2, 3 sources" in text.output and "exact_match" in text.output
+
+
+def test_cli_errors_are_one_line(trained_run, capsys) -> None:
+    recipe = Path(__file__).parents[1] / "models/recipes/tiny.json"
+    out = str(trained_run[0])
+    with pytest.raises(SystemExit) as exit_info:
+        main(["train", "--task", "reverse", "--recipe", str(recipe), "--out", out, "--quiet"])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: ") and "--resume" in err[-1] and "Traceback" not in err[-1]
+    with pytest.raises(SystemExit):
+        main(["train", "--task", "copy", "--no-stress", "--recipe", str(recipe), "--out", out])
+    assert "--no-stress applies to --task g2p only" in capsys.readouterr().err
