@@ -1,0 +1,405 @@
+"""Time generation through any engine behind the step interface; the core of `edgeseq bench`.
+
+    spec = BenchSpec(sources=[[7, 9, 2], ...], batch_sizes=(1, 32), repeats=3, threads=1)
+    timings = time_search(step_model, spec)       # {"1": {...}, "32": {...}}
+    result = run_isolated(ort_command(), spec, bundle="b", variant="fp32")  # fresh process
+
+Every engine runs the same search (`runtime/search.py`) on the same source ids, sorted by
+length and cut into batches of each batch size. Per batch size: one warm-up pass over every
+input (not timed), then `repeats` timed passes. Reported per batch size:
+
+- `tokens_per_s`: generated tokens / seconds of a pass, median over the passes. Generated
+  tokens are those of each input's best hypothesis, plus one for `</s>` when it finished
+  (what a decoder step produced and the caller receives);
+- `seq_ms_p50`/`seq_ms_p90`: latency of one input = the time of the `search` call of its
+  batch, percentiles over every input of every timed pass;
+- `token_ms_p50`: a batch's time / its decoder steps (the gap between two streamed tokens).
+
+An onnxruntime variant is measured in a fresh Python process that cannot import torch
+(`run_isolated` with `ORT_WORKER`), so its peak RSS (`resource.getrusage`) is what a
+torch-free deployment needs: interpreter, numpy, onnxruntime, the sessions and the runs.
+This module imports only numpy, onnxruntime and the standard library.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .errors import EdgeseqError, OptionsError
+from .search import GenerationOptions, search
+from .step import StepModel, StepState
+
+# Prepended to a worker's code: `import torch` (and torch.*) fails, as on a torch-free install.
+BLOCK_TORCH = """
+import sys
+class _BlockTorch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            raise ModuleNotFoundError(f"No module named {name!r} (blocked by edgeseq bench)",
+                                      name=name)
+        return None
+sys.meta_path.insert(0, _BlockTorch())
+"""
+ORT_WORKER = BLOCK_TORCH + "from edgeseq.runtime.bench import ort_worker_main; ort_worker_main()"
+TORCH_WORKER = "from edgeseq.build_model.bench_torch import main; main()"
+THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+@dataclass
+class BenchSpec:
+    """What every engine runs: the same sources, batch sizes, search and thread count."""
+
+    sources: list[list[int]]  # source ids, each ending with </s>
+    batch_sizes: tuple[int, ...] = (1, 32)
+    repeats: int = 3  # timed passes per batch size (the median is reported)
+    threads: int = 1  # intra-op threads of every engine
+    max_new_tokens: int | None = None  # None: up to the model's max_len
+    beam_size: int = 1  # 1: greedy
+    warmup: bool = True  # one untimed pass per batch size first
+    extra: dict[str, Any] = field(default_factory=dict)  # engine-specific (bundle, variant, ...)
+
+    def problems(self) -> list[str]:
+        """Every problem with this spec, as readable sentences."""
+        out = []
+        if not self.sources:
+            out.append("there are no inputs to benchmark")
+        if not self.batch_sizes or any(b < 1 for b in self.batch_sizes):
+            out.append(f"batch sizes must be positive integers, got {list(self.batch_sizes)}")
+        for name in ("repeats", "threads", "beam_size"):
+            if getattr(self, name) < 1:
+                out.append(f"{name} must be >= 1, got {getattr(self, name)}")
+        return out
+
+    def check(self) -> BenchSpec:
+        """Raise OptionsError naming every problem; return self."""
+        problems = self.problems()
+        if problems:
+            raise OptionsError("invalid benchmark: " + "; ".join(problems))
+        return self
+
+    def options(self, batch_size: int) -> GenerationOptions:
+        """GenerationOptions of this spec's search at `batch_size`."""
+        return GenerationOptions(
+            max_new_tokens=self.max_new_tokens, beam_size=self.beam_size, batch_size=batch_size
+        )
+
+    def save(self, path: str | Path) -> None:
+        """Write the spec as JSON."""
+        Path(path).write_text(json.dumps(asdict(self)), encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: str | Path) -> BenchSpec:
+        """Read a spec written by `save`."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data["batch_sizes"] = tuple(data["batch_sizes"])
+        return cls(**data)
+
+
+class CountingStep:
+    """A StepModel that forwards to `model` and counts decoder steps (one call each)."""
+
+    def __init__(self, model: StepModel) -> None:
+        self.model = model
+        self.max_len, self.vocab_size = model.max_len, model.vocab_size
+        self.bos_id, self.eos_id, self.pad_id = model.bos_id, model.eos_id, model.pad_id
+        self.steps = 0
+
+    def start(self, src_ids: np.ndarray) -> StepState:
+        """Encode (not counted)."""
+        return self.model.start(src_ids)
+
+    def step(self, state: StepState, input_ids: np.ndarray) -> tuple[np.ndarray, StepState]:
+        """One decoder step (counted)."""
+        self.steps += 1
+        return self.model.step(state, input_ids)
+
+    def select(self, state: StepState, rows: np.ndarray) -> StepState:
+        """Row selection (not counted)."""
+        return self.model.select(state, rows)
+
+
+def batches(sources: Sequence[Sequence[int]], batch_size: int, pad_id: int) -> list[np.ndarray]:
+    """Sources sorted by length (stable) in right-padded int64 (B, S_max) batches."""
+    ordered = sorted(sources, key=len)
+    out = []
+    for start in range(0, len(ordered), batch_size):
+        chunk = ordered[start : start + batch_size]
+        src_ids = np.full((len(chunk), max(len(s) for s in chunk)), pad_id, dtype=np.int64)
+        for row, ids in enumerate(chunk):
+            src_ids[row, : len(ids)] = ids
+        out.append(src_ids)
+    return out
+
+
+def _pass(model: CountingStep, src_batches: list[np.ndarray], options: GenerationOptions) -> dict:
+    """One pass over every batch: per batch (seconds, rows, tokens, steps)."""
+    records = []
+    for src_ids in src_batches:
+        model.steps = 0
+        start = time.perf_counter()
+        hyps = search(model, src_ids, options)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(h[0].tokens) + h[0].finished for h in hyps)
+        records.append((seconds, src_ids.shape[0], tokens, model.steps))
+    return {"batches": records}
+
+
+def time_search(model: StepModel, spec: BenchSpec) -> dict[str, dict[str, Any]]:
+    """Time `spec`'s search over `spec.sources` per batch size (see the module docstring);
+    the garbage collector is off during timed passes."""
+    counting = CountingStep(model)
+    out = {}
+    for batch_size in spec.batch_sizes:
+        options = spec.options(batch_size)
+        src_batches = batches(spec.sources, batch_size, model.pad_id)
+        if spec.warmup:
+            _pass(counting, src_batches, options)
+        passes = []
+        gc.collect()
+        gc.disable()
+        try:
+            for _ in range(spec.repeats):
+                passes.append(_pass(counting, src_batches, options)["batches"])
+        finally:
+            gc.enable()
+        out[str(batch_size)] = summarize(passes)
+    return out
+
+
+def summarize(passes: list[list[tuple[float, int, int, int]]]) -> dict[str, Any]:
+    """Statistics of timed passes, each a list of (seconds, rows, tokens, steps) per batch."""
+    rates = [sum(b[2] for b in p) / sum(b[0] for b in p) for p in passes]
+    seq_ms = [1000 * b[0] for p in passes for b in p for _ in range(b[1])]
+    token_ms = [1000 * b[0] / max(b[3], 1) for p in passes for b in p]
+    return {
+        "tokens_per_s": float(np.median(rates)),
+        "tokens_per_s_runs": rates,
+        "seq_ms_p50": float(np.percentile(seq_ms, 50)),
+        "seq_ms_p90": float(np.percentile(seq_ms, 90)),
+        "token_ms_p50": float(np.percentile(token_ms, 50)),
+        "tokens": sum(b[2] for b in passes[0]),  # per pass (the same in every pass)
+        "inputs": sum(b[1] for b in passes[0]),
+        "seconds_per_pass": float(np.median([sum(b[0] for b in p) for p in passes])),
+    }
+
+
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far, in MiB (ru_maxrss)."""
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, else KiB
+
+
+# -- onnxruntime, in this process -------------------------------------------------------------
+def measure_ort(
+    bundle_dir: str | Path,
+    variant: str,
+    spec: BenchSpec,
+    provider: str = "cpu",
+    optimization: str = "all",
+) -> dict[str, Any]:
+    """Load `variant` of the bundle (graph `optimization` level, see runtime/providers.py)
+    and time it: load times, graph bytes, timings, peak RSS."""
+    # Imported here, so that the PyTorch worker (which shares time_search) never loads them.
+    import onnxruntime as ort
+
+    from .bundle import check_graph_pair, load_bundle
+    from .ort_step import OrtBoundStep, OrtStep
+    from .providers import open_sessions
+
+    baseline = peak_rss_mb()
+    start = time.perf_counter()
+    bundle = load_bundle(bundle_dir)
+    checked = time.perf_counter()
+    encoder_path, decoder_path = bundle.graphs(variant)
+    encoder, decoder, device = open_sessions(
+        encoder_path, decoder_path, provider, spec.threads, optimization
+    )
+    loaded = time.perf_counter()
+    check_graph_pair(bundle, encoder, decoder, variant)
+    if device == "cuda":
+        step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
+    else:
+        step = OrtStep(encoder, decoder, bundle.config)
+    timings = time_search(step, spec)
+    return {
+        "engine": f"onnxruntime {variant}",
+        "kind": "onnxruntime",
+        "variant": variant,
+        "device": device,
+        "providers": decoder.get_providers(),
+        "version": ort.__version__,
+        "threads": spec.threads,
+        "optimization": optimization,
+        "bundle_check_s": checked - start,
+        "load_s": loaded - checked,
+        "file_bytes": encoder_path.stat().st_size + decoder_path.stat().st_size,
+        "files": [encoder_path.name, decoder_path.name],
+        "baseline_rss_mb": baseline,
+        "peak_rss_mb": peak_rss_mb(),
+        "torch_imported": "torch" in sys.modules,
+        "batches": timings,
+    }
+
+
+def ort_worker_main(argv: list[str] | None = None) -> None:
+    """Worker entry: `SPEC.json` whose `extra` has bundle, variant, provider, optimization;
+    prints one JSON line with `measure_ort`'s result."""
+    (spec_path,) = argv if argv is not None else sys.argv[1:]
+    spec = BenchSpec.load(spec_path)
+    extra = spec.extra
+    result = measure_ort(
+        extra["bundle"],
+        extra["variant"],
+        spec,
+        extra.get("provider", "cpu"),
+        extra.get("optimization", "all"),
+    )
+    print(json.dumps(result))
+
+
+# -- fresh processes ---------------------------------------------------------------------------
+class WorkerError(EdgeseqError):
+    """A measurement process failed; the message carries the last line of its stderr."""
+
+
+def run_isolated(code: str, spec: BenchSpec, **extra: Any) -> dict[str, Any]:
+    """Run `python -c code SPEC.json` in a fresh process with `spec` (its `extra` updated)
+    and the BLAS/OpenMP thread variables set to spec.threads; return the JSON it prints last."""
+    spec = BenchSpec(**{**asdict(spec), "extra": {**spec.extra, **extra}})
+    env = dict(os.environ, **dict.fromkeys(THREAD_ENV, str(spec.threads)))
+    with tempfile.TemporaryDirectory(prefix="edgeseq-bench-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec.save(spec_path)
+        proc = subprocess.run(
+            [sys.executable, "-c", code, str(spec_path)],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=False,
+        )
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        errors = [line for line in proc.stderr.strip().splitlines() if line.strip()]
+        reason = errors[-1] if errors else f"exit code {proc.returncode}, no output"
+        raise WorkerError(reason)
+    return json.loads(lines[-1])
+
+
+# -- the whole comparison ----------------------------------------------------------------------
+def machine_info() -> dict[str, Any]:
+    """What the numbers depend on: cores, load average, Python, platform."""
+    import platform
+
+    return {
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "loadavg_before": list(os.getloadavg()),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor() or platform.machine(),
+    }
+
+
+def ratios(engines: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per onnxruntime variant and batch size, against PyTorch eager of the same run:
+    `tokens_per_s` (ORT / PyTorch), `seq_ms_p50` (PyTorch / ORT: > 1 means ORT is faster),
+    and `same_tokens` (both generated as many tokens; a cheap check they did the same work)."""
+    torch_runs = [e for e in engines if e["kind"] == "pytorch"]
+    if not torch_runs:
+        return {}
+    reference = torch_runs[0]["batches"]
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for engine in engines:
+        if engine["kind"] != "onnxruntime":
+            continue
+        per_batch = {}
+        for batch, stats in engine["batches"].items():
+            ref = reference.get(batch)
+            if ref is None:
+                continue
+            per_batch[batch] = {
+                "tokens_per_s": stats["tokens_per_s"] / ref["tokens_per_s"],
+                "seq_ms_p50": ref["seq_ms_p50"] / stats["seq_ms_p50"],
+                "same_tokens": stats["tokens"] == ref["tokens"],
+            }
+        out[engine["variant"]] = per_batch
+    return out
+
+
+def run_benchmark(
+    bundle_dir: str | Path,
+    spec: BenchSpec,
+    checkpoint: str | Path | None = None,
+    variants: Sequence[str] | None = None,
+    provider: str = "cpu",
+    optimization: str = "all",
+    inputs: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Measure PyTorch eager (with `checkpoint`) and every variant of the bundle's manifest
+    (or `variants`), each in a fresh process, one after the other. `provider` and
+    `optimization` (graph optimization level) apply to onnxruntime; `inputs` says where
+    spec.sources came from. A variant whose process
+    fails (e.g. fp16 on a CPU that cannot run it) is listed under "skipped" with the reason;
+    WorkerError when no onnxruntime variant ran or PyTorch failed."""
+    from .bundle import load_bundle  # imports onnxruntime; not needed by the PyTorch worker
+
+    say = progress or (lambda _: None)
+    spec.check()
+    bundle = load_bundle(bundle_dir)
+    machine = machine_info()
+    engines, skipped = [], []
+    if checkpoint is not None:
+        say(f"pytorch eager: {checkpoint}")
+        config = bundle.config.to_dict()
+        try:
+            engines.append(
+                run_isolated(TORCH_WORKER, spec, checkpoint=str(checkpoint), config=config)
+            )
+        except WorkerError as exc:
+            raise WorkerError(f"PyTorch measurement of {checkpoint} failed: {exc}") from None
+    for variant in variants or sorted(bundle.variants, key=lambda v: (v != "fp32", v)):
+        say(f"onnxruntime {variant}")
+        try:
+            engines.append(
+                run_isolated(
+                    ORT_WORKER,
+                    spec,
+                    bundle=str(bundle.path),
+                    variant=variant,
+                    provider=provider,
+                    optimization=optimization,
+                )
+            )
+        except WorkerError as exc:
+            skipped.append({"variant": variant, "reason": str(exc)})
+    if not any(e["kind"] == "onnxruntime" for e in engines):
+        reasons = "; ".join(f"{s['variant']}: {s['reason']}" for s in skipped)
+        raise WorkerError(f"no onnxruntime variant of {bundle.path} could run ({reasons})")
+    machine["loadavg_after"] = list(os.getloadavg())
+    settings = {k: v for k, v in asdict(spec).items() if k not in ("sources", "extra")}
+    settings |= {"inputs": len(spec.sources), "inputs_from": inputs, "provider": provider}
+    settings["optimization"] = optimization
+    settings["search"] = "greedy" if spec.beam_size == 1 else f"beam {spec.beam_size}"
+    return {
+        "bundle": str(bundle.path),
+        "checkpoint": str(checkpoint) if checkpoint is not None else None,
+        "machine": machine,
+        "settings": settings,
+        "engines": engines,
+        "skipped": skipped,
+        "ratios": ratios(engines),
+    }

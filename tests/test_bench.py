@@ -1,0 +1,211 @@
+"""`edgeseq bench`: numbers are produced and well formed.
+
+Speed itself is never asserted here (DESIGN.md: performance is measured by `edgeseq bench`,
+not by timed tests); these tests check that every number is there, positive and consistent.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from edgeseq.runtime.bench import (
+    BLOCK_TORCH,
+    ORT_WORKER,
+    BenchSpec,
+    WorkerError,
+    run_isolated,
+    summarize,
+    time_search,
+)
+from edgeseq.runtime.cli import cli
+from edgeseq.runtime.cli_bench import markdown_report, parse_batch_sizes
+from edgeseq.runtime.errors import OptionsError
+from edgeseq.runtime.manifest import read_manifest, write_manifest
+
+BATCH_STATS = {"tokens_per_s", "seq_ms_p50", "seq_ms_p90", "token_ms_p50", "tokens", "inputs"}
+ENGINE_KEYS = {"engine", "kind", "variant", "load_s", "file_bytes", "peak_rss_mb", "batches"}
+QUICK = ["--repeats", "1", "--batch-sizes", "1,2", "--inputs", "5", "--max-new-tokens", "8"]
+
+
+@pytest.fixture(scope="module")
+def checkpoint(runtime_case, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The runtime_case model saved as a checkpoint (the bundle was exported from it)."""
+    from edgeseq.build_model.checkpoint import save_checkpoint
+
+    path = tmp_path_factory.mktemp("bench") / "ckpt"
+    task = {"name": "reverse", "options": {}}
+    return save_checkpoint(path, runtime_case.model, runtime_case.tokenizers, task, {"step": 0})
+
+
+@pytest.fixture(scope="module")
+def with_checkpoint(runtime_case, checkpoint: Path, tmp_path_factory) -> tuple:
+    """`edgeseq bench BUNDLE --checkpoint CKPT --json --plot` run once: (result, report, png)."""
+    out = tmp_path_factory.mktemp("bench-out")
+    args = ["bench", str(runtime_case.bundle), "--checkpoint", str(checkpoint), *QUICK]
+    args += ["--json", str(out / "bench.json"), "--plot", str(out / "bench.png")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    return result, json.loads((out / "bench.json").read_text()), out / "bench.png"
+
+
+def check_engine(engine: dict, batch_sizes: tuple[str, ...], inputs: int) -> None:
+    assert set(engine) >= ENGINE_KEYS
+    assert engine["load_s"] > 0 and engine["file_bytes"] > 0 and engine["peak_rss_mb"] > 0
+    assert sorted(engine["batches"]) == sorted(batch_sizes)
+    for stats in engine["batches"].values():
+        assert set(stats) >= BATCH_STATS
+        assert stats["inputs"] == inputs and stats["tokens"] >= inputs  # >= 1 token each
+        assert stats["tokens_per_s"] > 0 and stats["token_ms_p50"] > 0
+        assert 0 < stats["seq_ms_p50"] <= stats["seq_ms_p90"]
+
+
+def test_bench_without_checkpoint_is_a_torch_free_table_and_json(runtime_case, tmp_path) -> None:
+    args = ["bench", str(runtime_case.bundle), *QUICK, "--json", str(tmp_path / "b.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert {"bundle", "machine", "settings", "engines", "skipped", "ratios"} <= set(report)
+    assert report["settings"]["threads"] == 1 and report["settings"]["batch_sizes"] == [1, 2]
+    assert report["settings"]["inputs_from"].startswith("task reverse, test split")
+    assert report["ratios"] == {} and report["skipped"] == []
+    [engine] = report["engines"]
+    assert engine["engine"] == "onnxruntime fp32" and engine["torch_imported"] is False
+    check_engine(engine, ("1", "2"), inputs=5)
+    assert (
+        "| onnxruntime fp32 | 1 |" in result.stdout and "| onnxruntime fp32 | 2 |" in result.stdout
+    )
+    assert "pytorch" not in result.stdout
+
+
+def test_bench_cli_runs_where_torch_cannot_be_imported(runtime_case) -> None:
+    code = BLOCK_TORCH + "from edgeseq.runtime.cli import main; main(sys.argv[1:])"
+    args = ["bench", str(runtime_case.bundle), *QUICK, "--batch-sizes", "1"]
+    proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "| onnxruntime fp32 | 1 |" in proc.stdout
+
+
+def test_bench_with_checkpoint_has_pytorch_rows_and_ratios(with_checkpoint) -> None:
+    result, report, _ = with_checkpoint
+    torch_run, ort_run = report["engines"]
+    assert torch_run["kind"] == "pytorch" and torch_run["threads"] == 1
+    check_engine(torch_run, ("1", "2"), inputs=5)
+    check_engine(ort_run, ("1", "2"), inputs=5)
+    for batch in ("1", "2"):
+        ratio = report["ratios"]["fp32"][batch]
+        expected = (
+            ort_run["batches"][batch]["tokens_per_s"]
+            / (torch_run["batches"][batch]["tokens_per_s"])
+        )
+        assert ratio["tokens_per_s"] == pytest.approx(expected)
+        assert ratio["same_tokens"] is True  # fp32 and PyTorch did the same work
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("| pytorch eager | 1 |") for line in lines)
+    fp32_row = next(line for line in lines if line.startswith("| onnxruntime fp32 | 1 |"))
+    assert f"{report['ratios']['fp32']['1']['tokens_per_s']:.2f}×" in fp32_row
+
+
+def test_plot_is_a_png(with_checkpoint) -> None:
+    _, _, png = with_checkpoint
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ort_worker_blocks_torch_and_reports_memory(runtime_case) -> None:
+    spec = BenchSpec([[4, 5, 2], [6, 2]], (1,), repeats=1, max_new_tokens=4)
+    result = run_isolated(ORT_WORKER, spec, bundle=str(runtime_case.bundle), variant="fp32")
+    assert result["torch_imported"] is False
+    assert result["peak_rss_mb"] >= result["baseline_rss_mb"] > 10
+    with pytest.raises(WorkerError, match="blocked by edgeseq bench"):
+        run_isolated(BLOCK_TORCH + "import torch", spec)
+
+
+def test_a_variant_that_cannot_run_is_skipped_with_its_reason(runtime_case, tmp_path) -> None:
+    bundle = tmp_path / "bundle"
+    shutil.copytree(runtime_case.bundle, bundle)
+    (bundle / "decoder.broken.onnx").write_bytes(b"not an onnx graph")
+    manifest = read_manifest(bundle)
+    manifest["variants"]["broken"] = {"encoder": "encoder.onnx", "decoder": "decoder.broken.onnx"}
+    write_manifest(bundle, {k: v for k, v in manifest.items() if k != "files"})
+    args = ["bench", str(bundle), *QUICK, "--batch-sizes", "1", "--json", str(tmp_path / "b.json")]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "b.json").read_text())
+    assert [e["variant"] for e in report["engines"]] == ["fp32"]
+    [skip] = report["skipped"]
+    assert skip["variant"] == "broken" and "decoder.broken.onnx" in skip["reason"]
+    assert "skipped variant broken:" in result.stdout
+
+
+class CountdownStep:
+    """A fake step model: row r emits token 5 for `lengths[r]` steps, then `</s>`."""
+
+    max_len, vocab_size, bos_id, eos_id, pad_id = 16, 8, 1, 2, 0
+
+    def __init__(self, lengths: dict[int, int]) -> None:
+        self.lengths = lengths
+
+    def start(self, src_ids: np.ndarray) -> dict:
+        return {"rows": [len(np.flatnonzero(r)) for r in src_ids], "past": 0}
+
+    def step(self, state: dict, input_ids: np.ndarray) -> tuple[np.ndarray, dict]:
+        logits = np.zeros((len(state["rows"]), 1, self.vocab_size), dtype=np.float32)
+        for i, n in enumerate(state["rows"]):
+            logits[i, 0, 5 if state["past"] < self.lengths[n] else self.eos_id] = 1.0
+        return logits, {"rows": state["rows"], "past": state["past"] + 1}
+
+    def select(self, state: dict, rows: np.ndarray) -> dict:
+        return {"rows": [state["rows"][r] for r in rows], "past": state["past"]}
+
+
+def test_time_search_counts_generated_tokens_with_eos() -> None:
+    model = CountdownStep({2: 3, 3: 6})  # a 2-id source yields 3 tokens + </s>, a 3-id one 6 + 1
+    spec = BenchSpec([[4, 2], [4, 4, 2], [7, 2]], (1, 2), repeats=2)
+    stats = time_search(model, spec)
+    for batch in ("1", "2"):
+        assert stats[batch]["tokens"] == 4 + 4 + 7 and stats[batch]["inputs"] == 3
+        assert len(stats[batch]["tokens_per_s_runs"]) == 2
+    capped = time_search(model, BenchSpec([[4, 4, 2]], (1,), repeats=1, max_new_tokens=2))
+    assert capped["1"]["tokens"] == 2  # cut by max_new_tokens: no </s>
+
+
+def test_summarize_medians_and_percentiles() -> None:
+    passes = [[(1.0, 2, 10, 5), (1.0, 1, 10, 10)], [(0.5, 2, 10, 5), (0.5, 1, 10, 10)]]
+    stats = summarize(passes)
+    assert stats["tokens_per_s"] == pytest.approx(15.0)  # median of 10 and 20 tokens/s
+    assert stats["tokens"] == 20 and stats["inputs"] == 3
+    assert stats["seq_ms_p50"] == pytest.approx(750.0)  # 3 inputs at 1000 ms, 3 at 500 ms
+    assert stats["token_ms_p50"] == pytest.approx(100.0)  # 200, 100, 100, 50 ms per step
+
+
+def test_bad_options_are_refused() -> None:
+    assert parse_batch_sizes("1, 32") == (1, 32)
+    for text in ("", "0,1", "a"):
+        with pytest.raises(Exception, match="positive integers"):
+            parse_batch_sizes(text)
+    with pytest.raises(OptionsError, match=r"no inputs.*repeats must be >= 1"):
+        BenchSpec([], (1,), repeats=0).check()
+
+
+def test_markdown_without_pytorch_shows_no_ratio() -> None:
+    stats = {"tokens_per_s": 1000.0, "seq_ms_p50": 2.0, "seq_ms_p90": 3.0, "token_ms_p50": 0.1}
+    engine = {"engine": "onnxruntime int8", "kind": "onnxruntime", "variant": "int8"}
+    engine |= {"load_s": 0.1, "file_bytes": 2e6, "peak_rss_mb": 90.0, "batches": {"1": stats}}
+    report = {
+        "bundle": "b", "engines": [engine], "skipped": [], "ratios": {},
+        "machine": {"cpu_count": 2, "processor": "x86_64", "loadavg_before": [1.0],
+                    "loadavg_after": [1.5]},
+        "settings": {"search": "greedy", "max_new_tokens": None, "threads": 1,
+                     "provider": "cpu", "optimization": "all", "inputs": 3,
+                     "inputs_from": "random", "repeats": 1, "warmup": True},
+    }  # fmt: skip
+    text = markdown_report(report)
+    assert "| onnxruntime int8 | 1 | 1,000.0 | — | 2.00 | 3.00 | 0.100 | 0.100 | 2.0 | 90 |" in text
+    assert "load average 1.00 → 1.50" in text
