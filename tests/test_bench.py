@@ -1,4 +1,4 @@
-"""`edgeseq bench`: numbers are produced and well formed.
+"""`edgeseq bench` and benchmarks/g2p_vs_g2p_en.py: numbers are produced and well formed.
 
 Speed itself is never asserted here (DESIGN.md: performance is measured by `edgeseq bench`,
 not by timed tests); these tests check that every number is there, positive and consistent.
@@ -6,6 +6,7 @@ not by timed tests); these tests check that every number is there, positive and 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -30,6 +31,7 @@ from edgeseq.runtime.cli_bench import markdown_report, parse_batch_sizes
 from edgeseq.runtime.errors import OptionsError
 from edgeseq.runtime.manifest import read_manifest, write_manifest
 
+ROOT = Path(__file__).resolve().parents[1]
 BATCH_STATS = {"tokens_per_s", "seq_ms_p50", "seq_ms_p90", "token_ms_p50", "tokens", "inputs"}
 ENGINE_KEYS = {"engine", "kind", "variant", "load_s", "file_bytes", "peak_rss_mb", "batches"}
 QUICK = ["--repeats", "1", "--batch-sizes", "1,2", "--inputs", "5", "--max-new-tokens", "8"]
@@ -209,3 +211,33 @@ def test_markdown_without_pytorch_shows_no_ratio() -> None:
     text = markdown_report(report)
     assert "| onnxruntime int8 | 1 | 1,000.0 | — | 2.00 | 3.00 | 0.100 | 0.100 | 2.0 | 90 |" in text
     assert "load average 1.00 → 1.50" in text
+
+
+# -- benchmarks/g2p_vs_g2p_en.py -----------------------------------------------------------------
+def load_script():
+    """The benchmark script as a module (benchmarks/ is not a package)."""
+    path = ROOT / "benchmarks" / "g2p_vs_g2p_en.py"
+    spec = importlib.util.spec_from_file_location("g2p_vs_g2p_en", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_g2p_scoring_against_any_reference_with_and_without_stress() -> None:
+    script = load_script()
+    hyps = ["K AE1 T", "D AO1 G", "B ER2 D"]
+    refs = [["K AE1 T"], ["D AA1 G", "D AO1 G"], ["B ER1 D"]]
+    m = script.score_predictions(hyps, refs)
+    assert m["wer"] == pytest.approx(1 / 3) and m["per"] == pytest.approx(1 / 9)
+    assert m["wer_nostress"] == 0.0 and m["per_nostress"] == 0.0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("g2p_en") is None, reason="g2p_en not installed")
+def test_g2p_en_loads_offline_and_batching_spells_like_predict() -> None:
+    script = load_script()
+    g2p = script.load_g2p_en()
+    words = ["hello", "benchmark", "a", "onnxruntime", "o'brien", "zyzzyva"]
+    single = [g2p.predict(w) for w in words]
+    assert single[0] == ["HH", "EH1", "L", "OW0"]
+    assert script.batched_predict(g2p, words) == single
