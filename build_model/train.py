@@ -39,6 +39,9 @@ from .recipe import Recipe
 from .tasks import Task, encode_pairs, load_task, make_batches
 from .torch_step import TorchStep
 
+# What a checkpoint's train_state.json carries from one train() call to the next.
+RUN_STATE_KEYS = ("step", "epoch", "batch_in_epoch", "best", "seed", "finished", "epochs")
+
 
 def learning_rate(step: int, d_model: int, warmup: int, factor: float) -> float:
     """factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1."""
@@ -94,7 +97,8 @@ def _resumed_run(task: Task | None, recipe: Recipe | None, out: Path):
     if task is not None and task.describe() != meta.task:
         raise ConfigError(f"the task differs from the one {out} was trained on ({meta.task})")
     task = load_task(meta.task["name"], **meta.task["options"])
-    return model, tokenizers, meta.train_state, saved, task
+    state = {k: meta.train_state.get(k) for k in RUN_STATE_KEYS}
+    return model, tokenizers, state, saved, task
 
 
 def train(
@@ -124,7 +128,7 @@ def train(
         raise ConfigError("a new run needs a task and a recipe")
     else:
         model, tokenizers, state = _new_run(task, recipe, out, seed)
-    total_epochs = epochs or recipe.epochs
+    total_epochs = epochs or state.get("epochs") or recipe.epochs
     if resume and state["epoch"] >= total_epochs:
         message = f"already trained {state['epoch']} epochs; pass a larger --epochs"
         return {**state, "message": message}
@@ -141,7 +145,7 @@ def train(
             break
     elapsed = time.monotonic() - started
     summary = {**state, "dev": metrics, "elapsed_s": elapsed, "steps": trainer.steps}
-    summary.update(tokens_per_s=trainer.tokens / max(elapsed, 1e-9), stopped_early=stopped)
+    summary.update(tokens_per_s=trainer.tokens / max(trainer.train_s, 1e-9), stopped_early=stopped)
     trainer.log.write(event="stop", **{k: v for k, v in summary.items() if k != "best"})
     return summary
 
@@ -160,18 +164,15 @@ class Trainer:
         epochs: int,
         progress: bool = True,
     ) -> None:
-        self.model, self.tokenizers, self.task, self.recipe = (
-            model.train(),
-            tokenizers,
-            task,
-            recipe,
-        )
+        self.model, self.tokenizers, self.task = model.train(), tokenizers, task
+        self.recipe = recipe
         self.out, self.state, self.epochs, self.progress = out, state, epochs, progress
         betas, eps = (0.9, 0.98), 1e-9
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps)
         self.examples, dropped = encode_pairs(task.train, tokenizers, model.cfg.max_len)
         self.lengths = [(len(s) + 1, len(t) + 1) for s, t in self.examples]
         self.steps = self.tokens = 0  # in this call
+        self.train_s = 0.0  # seconds spent in training steps (evaluation excluded)
         self.log = _Log(out / "log.jsonl")
         params = sum(p.numel() for p in model.parameters())
         self.info = {"step": state["step"], "seed": state["seed"], "task": task.describe()}
@@ -212,16 +213,15 @@ class Trainer:
             disable=not self.progress,
         )
         window_tokens, window_start, stopped = 0, time.monotonic(), False
+        epoch_start = time.monotonic()
         for index in range(state["batch_in_epoch"], len(batches)):
             src, tgt_in, tgt_out = collate(self.examples, batches[index], cfg)
             loss = self.train_step(src, tgt_in, tgt_out)
             state["batch_in_epoch"] = index + 1
             tokens = int((src != cfg.pad_id).sum() + (tgt_out != cfg.pad_id).sum())
-            self.steps, self.tokens, window_tokens = (
-                self.steps + 1,
-                self.tokens + tokens,
-                window_tokens + tokens,
-            )
+            self.steps += 1
+            self.tokens += tokens
+            window_tokens += tokens
             rate = window_tokens / max(time.monotonic() - window_start, 1e-9)
             bar.update(1)
             bar.set_postfix(loss=f"{loss:.3f}", tok_s=f"{rate:.0f}", refresh=False)
@@ -242,6 +242,7 @@ class Trainer:
                 stopped = index + 1 < len(batches) or epoch + 1 < self.epochs
                 break
         bar.close()
+        self.train_s += time.monotonic() - epoch_start
         if state["batch_in_epoch"] >= len(batches):
             state["epoch"], state["batch_in_epoch"] = epoch + 1, 0
         state["finished"] = state["epoch"] >= self.epochs
@@ -267,10 +268,7 @@ class Trainer:
         metrics = dev_metrics(self.model, self.task, self.tokenizers, self.recipe)
         metrics["eval_s"] = time.monotonic() - start
         best = self.state["best"]
-        improved = best is None or (metrics["exact_match"], -metrics["dev_loss"]) > (
-            best["exact_match"],
-            -best["dev_loss"],
-        )
+        improved = best is None or _rank(metrics) > _rank(best)
         if improved:
             self.state["best"] = {**metrics, "step": self.state["step"]}
         self.log.write(event="eval", step=self.state["step"], epoch=self.state["epoch"], **metrics)
@@ -280,6 +278,11 @@ class Trainer:
         plot_log(self.out / "log.jsonl", self.out / "loss.png")
         self.model.train()
         return metrics
+
+
+def _rank(metrics: dict[str, Any]) -> tuple[float, float]:
+    """Higher is better: dev exact match, then lower dev loss."""
+    return metrics["exact_match"], -metrics["dev_loss"]
 
 
 @torch.no_grad()

@@ -123,6 +123,16 @@ def test_resume_continues_exactly(small_reverse_task, small_recipe_factory, tmp_
     assert "pass a larger --epochs" in again["message"]
 
 
+def test_resume_keeps_the_epochs_override(
+    small_reverse_task, small_recipe_factory, tmp_path: Path
+) -> None:
+    train(small_reverse_task, small_recipe_factory(epochs=5), tmp_path, epochs=1, progress=False)
+    again = train(None, None, tmp_path, resume=True, progress=False)
+    assert again["message"] == "already trained 1 epochs; pass a larger --epochs"
+    more = train(None, None, tmp_path, resume=True, epochs=2, progress=False)
+    assert more["finished"] and more["epoch"] == 2
+
+
 def test_new_run_refuses_an_existing_run(
     trained_run, small_reverse_task, small_recipe_factory, tmp_path: Path
 ) -> None:
