@@ -4,6 +4,7 @@ held = heldout_sources(meta.task, tokenizers, model, n=200)
 held.sources[0]      # [12, 7, 9, 2]: source ids ending with </s>
 held.texts[0]        # "abc" (None for random sources)
 held.description     # "task reverse, dev split (200 of 1000)"
+held.references[0]   # ["cba"]: every target of that source in its split (None when random)
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ class HeldOut:
     texts: list[str] | None
     description: str
     warning: str | None = None  # why the task's own inputs could not be used
+    references: list[list[str]] | None = None  # acceptable targets per source (task only)
+    task_name: str | None = None  # the task the sources come from
+    target_chars: bool = False  # targets are scored per character (else per word/phoneme)
 
 
 def heldout_sources(
@@ -48,10 +52,11 @@ def heldout_sources(
         warning = f"task {name} cannot be loaded ({exc}); parity level 3 uses random sources"
         return HeldOut(random_sources(model, n, seed), None, "random sources", warning)
     cfg, eos = model.cfg, tokenizers.source.eos_id
-    sources, texts, used = [], [], []
+    sources, texts, references, used = [], [], [], []
     seen: set[str] = set()
     for split in ("dev", "test"):
         taken = 0
+        split_refs = loaded.references(split)
         for text, _ in loaded.split(split):
             if len(sources) == n:
                 break
@@ -61,10 +66,14 @@ def heldout_sources(
             seen.add(text)
             sources.append(ids)
             texts.append(text)
+            references.append(split_refs[text])
             taken += 1
         if taken:
             used.append(f"{split} {taken}")
     if not sources:
         warning = f"task {name} has no dev/test source within max_len; using random sources"
         return HeldOut(random_sources(model, n, seed), None, "random sources", warning)
-    return HeldOut(sources, texts, f"task {name}: {', '.join(used)}")
+    description = f"task {name}: {', '.join(used)}"
+    return HeldOut(
+        sources, texts, description, None, references, name, loaded.target_tokens_are_chars
+    )
