@@ -2,8 +2,10 @@
 
     manifest = export_bundle(model, tokenizers, "bundles/rev", task=meta.task,
                              sources=held_out_ids, source_description="reverse dev")
+    manifest = export_bundle(..., references=refs, variants=VariantOptions(("fp32", "int8")))
 
-The recipe is load -> export encoder -> export decoder -> check -> parity -> write. Every file
+The recipe is load -> export encoder -> export decoder -> check -> parity -> variants (each
+behind its accuracy gate, export/variants.py) -> write. Every file
 is written into a hidden temporary sibling of the target (``.NAME.tmp-XXXX``) that is renamed
 into place only when everything succeeded, so an exception, a failed parity check or Ctrl-C
 leaves neither a partial bundle nor the temporary directory. An existing target is replaced
@@ -29,7 +31,9 @@ from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
 
+from .heldout import HeldOut
 from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
+from .variants import VariantOptions, build_variants
 from .verify import LEVEL3_MIN_INPUTS, check_parity, open_engine, random_sources, run_parity
 
 # Oldest onnxruntime able to load a graph of this IR version / default-domain opset
@@ -133,17 +137,23 @@ def export_bundle(
     sources: Sequence[Sequence[int]] | None = None,
     texts: Sequence[str] | None = None,
     source_description: str | None = None,
+    references: Sequence[Sequence[str]] | None = None,
+    target_chars: bool = False,
     opset: int | None = None,
     force: bool = False,
     verify: bool = True,
     max_new_tokens: int | None = None,
+    variants: VariantOptions | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
     `sources` are held-out source id lists (each ending with `</s>`) for parity level 3
     (`texts` their strings, for the report); without them LEVEL3_MIN_INPUTS random sources
-    are used. With `verify`, a parity failure raises `ParityError` and writes nothing."""
+    are used. `references` (acceptable target strings per source; `target_chars`: scored
+    per character) give the variants' accuracy gates a task metric; without them the gates
+    measure agreement with fp32 only. With `verify`, a parity failure raises `ParityError`,
+    a variant missing its gate `GateError`, and nothing is written."""
     say = progress or (lambda _: None)
     out = Path(out)
     refuse_existing(out, force)
@@ -152,9 +162,19 @@ def export_bundle(
     tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"
     tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
     try:
+        held = None
+        if sources is not None:
+            held = HeldOut(
+                [list(ids) for ids in sources],
+                list(texts) if texts is not None else None,
+                source_description or "held-out sources",
+                references=[list(r) for r in references] if references is not None else None,
+                task_name=(task or {}).get("name"),
+                target_chars=target_chars,
+            )
         manifest = _write_into(
-            model, tokenizers, tmp, task, sources, texts, source_description,
-            opset, verify, max_new_tokens, say,
+            model, tokenizers, tmp, task, held, opset, verify, max_new_tokens,
+            variants or VariantOptions(), say,
         )  # fmt: skip
         if (out.exists() or out.is_symlink()) and not force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
@@ -171,12 +191,11 @@ def _write_into(
     tokenizers: TokenizerPair,
     directory: Path,
     task: dict[str, Any] | None,
-    sources: Sequence[Sequence[int]] | None,
-    texts: Sequence[str] | None,
-    source_description: str | None,
+    held: HeldOut | None,
     opset: int | None,
     verify: bool,
     max_new_tokens: int | None,
+    variants: VariantOptions,
     say: Progress,
 ) -> dict[str, Any]:
     """Every step of `export_bundle` inside the (temporary) `directory`."""
@@ -193,19 +212,28 @@ def _write_into(
     parity: dict[str, Any] = {"skipped": True}
     if verify:
         engine = open_engine(encoder.path, decoder.path, model.cfg)
-        if sources is None:
-            sources, texts = random_sources(model, LEVEL3_MIN_INPUTS), None
-            source_description = source_description or "random sources"
+        if held is None:
+            held = HeldOut(random_sources(model, LEVEL3_MIN_INPUTS), None, "random sources")
         parity = run_parity(
             model,
             engine,
-            sources,
-            source_description=source_description or "held-out sources",
-            texts=texts,
+            held.sources,
+            source_description=held.description,
+            texts=held.texts,
             max_new_tokens=max_new_tokens,
             progress=say,
         )
         check_parity(parity)
+    table = build_variants(
+        directory,
+        model.cfg,
+        tokenizers,
+        held if verify else None,
+        variants,
+        fp32_verified=verify,
+        max_new_tokens=max_new_tokens,
+        progress=say,
+    )
     say("write config, tokenizers, manifest")
     tokenizer_files = tokenizers.save(directory)
     _write_json(
@@ -215,7 +243,6 @@ def _write_into(
         "encoder": {"bytes": encoder.bytes, "export_seconds": round(encoder.seconds, 2)},
         "decoder": {"bytes": decoder.bytes, "export_seconds": round(decoder.seconds, 2)},
     }
-    variant = {"encoder": C.ENCODER_FILE, "decoder": C.DECODER_FILE, "verified": verify}
     manifest = {
         "edgeseq_version": edgeseq_version(),
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -225,7 +252,7 @@ def _write_into(
         "exporter": exporter_versions(),
         "graphs": graphs,
         "export_seconds": round(time.perf_counter() - start, 2),
-        "variants": {"fp32": variant},
+        "variants": table,
         "parity": parity,
     }
     return write_manifest(directory, manifest)

@@ -1,6 +1,7 @@
 """`edgeseq export` and `edgeseq verify`: click parsing over `export_checkpoint` / `verify_bundle`.
 
     edgeseq export runs/rev/best --out bundles/rev            # graphs + parity + manifest
+    edgeseq export runs/rev/best --out bundles/rev --variants fp32,int8,fp16,ort
     edgeseq verify bundles/rev --checkpoint runs/rev/best     # re-run the three parity levels
 
 The library functions take plain arguments and a `progress` callback; the commands only
@@ -18,12 +19,14 @@ from typing import Any
 import click
 
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.cli_bundle import format_attempts, format_variants
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError, ParityError
 from edgeseq.runtime.manifest import check_files, read_manifest
 
 from .bundle import export_bundle, refuse_existing
 from .heldout import heldout_sources
+from .variants import DEFAULT_MAX_METRIC_DROP, GateError, VariantOptions, parse_variants
 from .verify import LEVEL3_MIN_INPUTS, check_parity, format_report, open_engine, run_parity
 
 Progress = Callable[[str], None]
@@ -53,9 +56,11 @@ def export_checkpoint(
     force: bool = False,
     verify: bool = True,
     inputs: int = LEVEL3_MIN_INPUTS,
+    variants: VariantOptions | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Export a checkpoint directory to a bundle at `out`; return the manifest."""
+    """Export a checkpoint directory to a bundle at `out` with the `variants` (default fp32
+    only), each non-fp32 one gated on the same held-out inputs; return the manifest."""
     say = progress or (lambda _: None)
     refuse_existing(out, force)  # before the slow steps
     model, tokenizers, meta = _load(checkpoint, say)
@@ -70,9 +75,12 @@ def export_checkpoint(
         sources=held.sources if held else None,
         texts=held.texts if held else None,
         source_description=held.description if held else None,
+        references=held.references if held else None,
+        target_chars=held.target_chars if held else False,
         opset=opset,
         force=force,
         verify=verify,
+        variants=variants,
         progress=say,
     )
 
@@ -133,6 +141,7 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
         lines.append("parity: skipped (--no-verify); the manifest records verified: false")
     else:
         lines.append(format_report(parity))
+    lines.append(format_variants(manifest))
     lines.append(f"total {seconds:.1f} s")
     return "\n".join(lines)
 
@@ -148,14 +157,42 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     type=click.IntRange(1),
     default=LEVEL3_MIN_INPUTS,
     show_default=True,
-    help="Held-out inputs for parity level 3.",
+    help="Held-out inputs for parity level 3 and the variants' accuracy gates.",
+)
+@click.option(
+    "--variants",
+    "variant_names",
+    default="fp32",
+    show_default=True,
+    help="Comma-separated graph variants: fp32 (always), int8, fp16, ort.",
+)
+@click.option(
+    "--max-metric-drop",
+    type=float,
+    default=DEFAULT_MAX_METRIC_DROP,
+    show_default=True,
+    help="Gate: largest drop of the task metric vs fp32, in percentage points.",
+)
+@click.option(
+    "--quantize-all",
+    is_flag=True,
+    help="int8: also quantize the output projection and the embeddings.",
 )
 def export(
-    checkpoint: Path, out: Path, opset: int | None, force: bool, no_verify: bool, inputs: int
+    checkpoint: Path,
+    out: Path,
+    opset: int | None,
+    force: bool,
+    no_verify: bool,
+    inputs: int,
+    variant_names: str,
+    max_metric_drop: float,
+    quantize_all: bool,
 ) -> None:
     """Export CHECKPOINT to an ONNX bundle at --out, with parity evidence in its manifest."""
     start = time.perf_counter()
     say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
+    options = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
     try:
         manifest = export_checkpoint(
             checkpoint,
@@ -164,8 +201,12 @@ def export(
             force=force,
             verify=not no_verify,
             inputs=inputs,
+            variants=options,
             progress=say,
         )
+    except GateError as exc:
+        click.echo(format_attempts(exc.attempts))
+        raise
     except ParityError as exc:
         click.echo(format_report(exc.report))
         raise

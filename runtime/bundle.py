@@ -46,7 +46,9 @@ class Bundle:
         """(encoder path, decoder path) of `variant`, or BundleError listing the variants."""
         if variant not in self.variants:
             raise BundleError(
-                f"{self.path} has no variant {variant!r}; it has {', '.join(sorted(self.variants))}"
+                f"{self.path} has no variant {variant!r}; it has "
+                f"{', '.join(sorted(self.variants))} (variants are chosen at export: "
+                "edgeseq export --variants fp32,int8,fp16,ort)"
             )
         return self.variants[variant]
 

@@ -4,7 +4,8 @@
 
 Prints the manifest summary (versions, opset, minimum onnxruntime), the model config, every
 file with its size and checksum status, each graph's inputs and outputs with dtypes and
-shapes (read through onnxruntime sessions) and the parity report measured at export.
+shapes (read through onnxruntime sessions), the parity report measured at export and the
+variants table (size, load time, tokens/s, accuracy gate against fp32).
 A file whose sha256 does not match the manifest is listed, then the command fails.
 """
 
@@ -21,6 +22,7 @@ from . import constants as C
 from .errors import BundleError
 from .manifest import read_manifest, sha256_file
 
+VARIANT_ORDER = ("fp32", "int8", "fp16", "ort")  # display order of the variants table
 NUMPY_NAMES = {"float": "float32", "double": "float64"}  # onnxruntime type names -> numpy's
 
 
@@ -68,6 +70,96 @@ def format_parity(report: dict[str, Any]) -> str:
     verdict = "passed" if report["passed"] else "FAILED"
     lines.append(f"parity {verdict} (fp32 tolerance {tol:.0e}, {report['seconds']} s)")
     return "\n".join(lines)
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def _gate_cell(name: str, entry: dict[str, Any]) -> str:
+    gate = entry.get("gate")
+    if name == "fp32":
+        return "reference" if entry.get("verified") else "not verified"
+    if not gate:
+        return "not verified" if not entry.get("verified") else "-"
+    return "ok" if gate.get("passed") else "FAIL"
+
+
+def format_variants(manifest: dict[str, Any]) -> str:
+    """The size / speed / accuracy-gate table of a manifest's variants, then one line per
+    gate set-up, int8 exclusion search and note (torch-free; `edgeseq export` prints it too)."""
+    table = manifest.get("variants") or {}
+    order = {name: i for i, name in enumerate(VARIANT_ORDER)}
+    variants = dict(sorted(table.items(), key=lambda item: (order.get(item[0], 99), item[0])))
+    gates = [e["gate"] for e in variants.values() if isinstance(e, dict) and e.get("gate")]
+    metric = gates[0]["metric"] if gates else None
+    rows = [("variant", "format", "MB", "size", "load ms", "tokens/s", "speed", "agreement")]
+    rows[0] += (f"{metric} fp32->variant", "drop pts", "gate") if metric else ("gate",)
+    fp32_speed = (variants.get("fp32") or {}).get("speed") or {}
+    for name, entry in variants.items():
+        speed = entry.get("speed") or {}
+        rate, base = speed.get("tokens_per_second"), fp32_speed.get("tokens_per_second")
+        size = entry.get("bytes")
+        row = (
+            name,
+            entry.get("format", "onnx"),
+            f"{size / 1e6:.2f}" if size else "-",
+            f"{entry['size_ratio']:.2f}x" if entry.get("size_ratio") else "-",
+            f"{1000 * speed['load_seconds']:.0f}" if speed else "-",
+            f"{rate:.0f}" if rate else "-",
+            f"{rate / base:.2f}x" if rate and base else "-",
+        )
+        gate = entry.get("gate") or {}
+        row += (_percent(gate.get("agreement")),)
+        if metric:
+            values = f"{_percent(gate.get('fp32'))} -> {_percent(gate.get('variant'))}"
+            if name == "fp32" and metric in (entry.get("scores") or {}):
+                values = _percent(entry["scores"][metric])
+            drop = gate.get("drop_points")
+            row += (
+                values if gate or name == "fp32" else "-",
+                "-" if drop is None else f"{drop:.2f}",
+            )
+        rows.append((*row, _gate_cell(name, entry)))
+    lines = [format_table(rows)]
+    if gates:
+        gate = gates[0]
+        lines.append(
+            f"gate: greedy on {gate['inputs']} inputs ({gate['source']}) on "
+            f"{gate.get('provider', 'CPU')}; fails when {gate['metric']} drops more than "
+            f"{gate['max_drop_points']} points below fp32"
+        )
+    if fp32_speed:
+        lines.append(
+            f"speed: greedy, batch {fp32_speed['batch']}, {fp32_speed['threads']} thread, "
+            f"{fp32_speed['inputs']} inputs, fastest of 3 passes (tokens include </s>)"
+        )
+    for name, entry in variants.items():
+        search = (entry.get("quantization") or {}).get("search")
+        if search and len(search) > 1:
+            kept = ", ".join(entry["quantization"]["excluded_groups"]) or "none"
+            lines.append(f"{name}: gate search tried {len(search)} configurations; fp32: {kept}")
+        if entry.get("note"):
+            lines.append(f"{name}: {entry['note']}")
+    return "\n".join(lines)
+
+
+def format_attempts(attempts: list[dict[str, Any]]) -> str:
+    """The table of a gate search (`GateError.attempts`): what was kept in fp32, and the
+    numbers each configuration reached."""
+    rows = [("kept in fp32", "agreement", "metric fp32 -> variant", "drop pts", "result")]
+    for a in attempts:
+        values = f"{a['metric']} {_percent(a['fp32'])} -> {_percent(a['variant'])}"
+        rows.append(
+            (
+                ", ".join(a["excluded_groups"]) or "(nothing)",
+                _percent(a["agreement"]),
+                values,
+                f"{a['drop_points']:.2f}",
+                "ok" if a["passed"] else "FAIL",
+            )
+        )
+    return format_table(rows)
 
 
 def _graph_io(path: Path) -> list[tuple[str, ...]]:
@@ -146,6 +238,7 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
                 lines.append(f"  {name}")
                 lines.append(format_table(_graph_io(path / name), "    "))
     lines += ["parity (measured at export):", format_parity(manifest.get("parity", {}))]
+    lines += ["variants (measured at export):", format_variants(manifest)]
     return "\n".join(lines), bad
 
 

@@ -36,9 +36,15 @@ def test_config_and_manifest_schema(export_case) -> None:
     assert manifest["format_version"] == C.BUNDLE_FORMAT_VERSION
     assert manifest["opset"] >= 18 and manifest["ir_version"] >= 8
     assert set(manifest["exporter"]) == {"torch", "onnx", "onnxscript", "onnxruntime"}
-    assert manifest["variants"] == {
-        "fp32": {"encoder": C.ENCODER_FILE, "decoder": C.DECODER_FILE, "verified": True}
-    }
+    assert set(manifest["variants"]) == {"fp32"}  # the default; more in test_variants.py
+    fp32 = manifest["variants"]["fp32"]
+    assert {k: fp32[k] for k in ("encoder", "decoder", "verified", "format", "precision")} == {
+        "encoder": C.ENCODER_FILE, "decoder": C.DECODER_FILE, "verified": True,
+        "format": "onnx", "precision": "fp32",
+    }  # fmt: skip
+    graph_bytes = [manifest["files"][name]["bytes"] for name in (C.ENCODER_FILE, C.DECODER_FILE)]
+    assert fp32["bytes"] == sum(graph_bytes) and fp32["size_ratio"] == 1.0
+    assert fp32["gate"] is None and fp32["speed"]["tokens_per_second"] > 0
     assert set(manifest["files"]) == {
         C.ENCODER_FILE, C.DECODER_FILE, C.CONFIG_FILE, C.TOKENIZER_FILE, TARGET_TOKENIZER_FILE
     }  # fmt: skip

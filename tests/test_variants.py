@@ -1,0 +1,225 @@
+"""Edge variants (issue 6): int8 / fp16 / ORT-format graphs behind accuracy gates.
+
+One CLI export of the trained tiny model (conftest's `runtime_model`, saved as a checkpoint
+whose task is a tsv corpus of its own mapping, so the gate has real references) with every
+variant, shared by the module; the gate-failure cases re-run `build_variants` on copies of
+its fp32 graphs, which costs no torch export.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+from click.testing import CliRunner
+
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.cli import cli, main
+from edgeseq.runtime.cli_bundle import format_attempts, inspect_bundle
+from edgeseq.runtime.errors import BundleError, OptionsError
+from edgeseq.runtime.generator import Generator
+
+pytest.importorskip("torch")
+from edgeseq.build_model.checkpoint import save_checkpoint
+from edgeseq.export import variants as V
+from edgeseq.export.heldout import HeldOut
+from edgeseq.export.quantize import OUTPUT_GROUP, graph_groups, weight_nodes
+
+ALL = ("fp32", "int8", "fp16", "ort")
+INPUTS = 50
+
+
+def _corpus(path: Path, n: int = 800) -> Path:
+    """A tsv of the runtime model's mapping: letters a..j -> reversed and upper-cased."""
+    rng = random.Random(0)
+    words = {"".join(rng.choices("abcdefghij", k=rng.randint(1, 8))) for _ in range(n)}
+    path.write_text("".join(f"{w}\t{w[::-1].upper()}\n" for w in sorted(words)))
+    return path
+
+
+@pytest.fixture(scope="module")
+def exported(runtime_model, tmp_path_factory: pytest.TempPathFactory):
+    """(checkpoint, bundle, CLI output) of `edgeseq export --variants fp32,int8,fp16,ort`."""
+    root = tmp_path_factory.mktemp("variants")
+    task = {"name": "tsv", "options": {"path": str(_corpus(root / "reverse.tsv"))}}
+    ckpt = save_checkpoint(
+        root / "ckpt", runtime_model.model, runtime_model.tokenizers, task, {"step": 150}
+    )
+    bundle = root / "bundle"
+    argv = ["export", str(ckpt), "--out", str(bundle), "--variants", ",".join(ALL)]
+    result = CliRunner().invoke(cli, [*argv, "--inputs", str(INPUTS)])
+    assert result.exit_code == 0, result.output
+    return ckpt, bundle, result.output
+
+
+def _manifest(bundle: Path) -> dict:
+    return json.loads((bundle / C.MANIFEST_FILE).read_text())
+
+
+def test_every_variant_generates_through_the_same_runtime(exported) -> None:
+    _, bundle, _ = exported
+    texts = ["abc", "jihgfedc", "cafe", "j", "bead", "hig"]
+    outputs = {}
+    for variant in ALL:
+        gen = Generator.load(bundle, providers="cpu", threads=1, variant=variant)
+        outputs[variant] = [r.text for r in gen.generate(texts)]
+    assert outputs["fp32"][0] == "CBA"
+    assert outputs["ort"] == outputs["fp32"]  # the same graphs, optimized and serialized
+    for variant in ("int8", "fp16"):
+        same = sum(a == b for a, b in zip(outputs[variant], outputs["fp32"], strict=True))
+        assert same >= len(texts) - 1, (variant, outputs[variant], outputs["fp32"])
+
+
+def test_manifest_lists_each_variant_with_files_sizes_gate_and_speed(exported) -> None:
+    _, bundle, output = exported
+    manifest = _manifest(bundle)
+    table = manifest["variants"]
+    assert sorted(table) == sorted(ALL)
+    for name, entry in table.items():
+        for graph in ("encoder", "decoder"):
+            assert entry[graph] in manifest["files"], (name, graph)
+        size = sum(manifest["files"][entry[g]]["bytes"] for g in ("encoder", "decoder"))
+        assert entry["bytes"] == size
+        assert entry["speed"]["tokens_per_second"] > 0 and entry["speed"]["batch"] == 1
+        assert entry["verified"] is True
+        if name != "fp32":
+            gate = entry["gate"]
+            assert gate["passed"] and gate["metric"] == "exact_match"
+            assert gate["inputs"] == INPUTS and gate["source"].startswith("task tsv")
+    assert table["int8"]["size_ratio"] < 0.75  # embeddings and logits stay fp32 here
+    weights = {  # a model this small is mostly graph structure: compare the weights
+        name: sum(len(i.raw_data) for i in onnx.load(str(bundle / name)).graph.initializer)
+        for name in (C.DECODER_FILE, table["fp16"]["decoder"])
+    }
+    assert weights[table["fp16"]["decoder"]] < 0.6 * weights[C.DECODER_FILE]
+    assert table["ort"]["format"] == "ort" and table["ort"]["encoder"] == "encoder.ort"
+    config = (bundle / table["ort"]["required_operators"]).read_text()
+    assert "ai.onnx;13;" in config and "MatMul" in config
+    assert "# - decoder.ort\n# - encoder.ort\n" in config  # no temporary paths
+    for text in ("int8", "fp16", "ort", "tokens/s", "exact_match fp32->variant", "gate:"):
+        assert text in output, text
+
+
+def test_int8_agreement_and_metric_are_measured_on_the_trained_model(exported) -> None:
+    _, bundle, _ = exported
+    table = _manifest(bundle)["variants"]
+    fp32, gate = table["fp32"]["scores"], table["int8"]["gate"]
+    assert fp32["exact_match"] > 0.5  # trained: the metric means something
+    assert gate["fp32"] == fp32["exact_match"]
+    assert gate["agreement"] >= 0.9
+    assert gate["drop_points"] == pytest.approx(100 * (gate["fp32"] - gate["variant"]), abs=1e-3)
+    quantization = table["int8"]["quantization"]
+    assert quantization["quantized_nodes"] > 0 and quantization["excluded_groups"] == []
+    decoder = onnx.load(str(bundle / table["int8"]["decoder"]))
+    ops = {n.name: n.op_type for n in decoder.graph.node}
+    assert "MatMulInteger" in ops.values()
+    assert quantization["fp32_nodes"] and ops[quantization["fp32_nodes"][-1]] == "MatMul"
+
+
+def _fp32_copy(bundle: Path, tmp_path: Path) -> Path:
+    directory = tmp_path / "graphs"
+    directory.mkdir()
+    for name in V.GRAPH_FILES["fp32"]:
+        shutil.copy(bundle / name, directory / name)
+    return directory
+
+
+def _held(gen: Generator, n: int = 24) -> HeldOut:
+    rng = random.Random(1)
+    texts = ["".join(rng.choices("abcdefghij", k=rng.randint(1, 8))) for _ in range(n)]
+    sources = [list(gen.encode(t).ids) for t in texts]
+    refs = [[t[::-1].upper()] for t in texts]
+    return HeldOut(sources, texts, "test inputs", references=refs, target_chars=True)
+
+
+def test_the_gate_trips_with_the_table_of_what_was_tried(exported, tmp_path) -> None:
+    _, bundle, _ = exported
+    gen = Generator.load(bundle, providers="cpu", threads=1)
+    directory = _fp32_copy(bundle, tmp_path)
+    options = V.VariantOptions(("fp32", "int8"), max_metric_drop=-101.0, speed_inputs=2)
+    with pytest.raises(V.GateError, match="int8 misses the accuracy gate even with every") as e:
+        V.build_variants(
+            directory, gen.config, gen.tokenizers, _held(gen), options, fp32_verified=True
+        )
+    groups = graph_groups(*(onnx.load(str(directory / f)) for f in V.GRAPH_FILES["fp32"]))
+    assert groups == ["encoder layer 0", "encoder layer 1", "decoder layer 0", "decoder layer 1"]
+    attempts = e.value.attempts
+    assert len(attempts) == 1 + 4 + 3 + 2 + 1  # nothing excluded, then one group more per round
+    assert attempts[0]["excluded_groups"] == [] and not any(a["passed"] for a in attempts)
+    assert sorted(attempts[-1]["excluded_groups"]) == sorted(groups)
+    table = format_attempts(attempts)
+    assert "kept in fp32" in table and "decoder layer 1" in table and "FAIL" in table
+
+
+def test_an_unverifiable_fp16_is_recorded_as_not_verified(exported, tmp_path, monkeypatch):
+    _, bundle, _ = exported
+    gen = Generator.load(bundle, providers="cpu", threads=1)
+    directory = _fp32_copy(bundle, tmp_path)
+    real_engine = V._engine
+
+    def engine(directory: Path, variant: str, config):
+        if variant == "fp16":
+            raise RuntimeError("no kernel for MatMul(float16)")
+        return real_engine(directory, variant, config)
+
+    monkeypatch.setattr(V, "_engine", engine)
+    options = V.VariantOptions(("fp32", "fp16"), speed_inputs=2)
+    table = V.build_variants(
+        directory, gen.config, gen.tokenizers, _held(gen), options, fp32_verified=True
+    )
+    assert table["fp16"]["verified"] is False and table["fp16"]["gate"] is None
+    assert table["fp16"]["note"].startswith("not verified on this machine")
+    assert table["fp16"]["speed"] is None and table["fp32"]["speed"] is not None
+
+
+def test_fp16_manifest_entry_is_honest(exported) -> None:
+    entry = _manifest(exported[1])["variants"]["fp16"]
+    if entry["verified"]:
+        assert entry["gate"]["passed"] and entry["gate"]["provider"] == "CPUExecutionProvider"
+        assert "CUDA numerics not verified on this machine" in entry["note"]
+    else:
+        assert entry["note"].startswith("not verified on this machine")
+    assert set(entry["fp16"]["fp32_ops"]) == {"Softmax", "LayerNormalization"}
+
+
+def test_quantize_all_also_quantizes_the_output_projection(exported, tmp_path) -> None:
+    from edgeseq.export.quantize import quantize_graph
+
+    _, bundle, _ = exported
+    source = bundle / C.DECODER_FILE
+    logits = [n.name for n in weight_nodes(onnx.load(str(source))) if n.group == OUTPUT_GROUP]
+    assert len(logits) == 1
+    default = quantize_graph(source, tmp_path / "d.onnx")
+    everything = quantize_graph(source, tmp_path / "all.onnx", quantize_all=True)
+    assert default["kept"] == logits and everything["kept"] == []
+    assert len(everything["quantized"]) == len(default["quantized"]) + 1
+
+
+def test_a_bundle_without_the_variant_refuses_it(runtime_case, capsys) -> None:
+    with pytest.raises(BundleError, match=r"has no variant 'int8'; it has fp32"):
+        Generator.load(runtime_case.bundle, providers="cpu", variant="int8")
+    argv = ["generate", str(runtime_case.bundle), "abc", "--provider", "cpu", "--variant", "int8"]
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "has no variant 'int8'; it has fp32" in err
+    assert "--variants" in err  # says how to get it
+
+
+def test_parse_variants() -> None:
+    assert V.parse_variants("int8, ort") == ("fp32", "int8", "ort")
+    assert V.parse_variants("ort,fp32,int8,int8") == ("fp32", "int8", "ort")
+    with pytest.raises(OptionsError, match=r"unknown variant.*int4.*choose from fp32, int8"):
+        V.parse_variants("int4")
+
+
+def test_inspect_shows_the_variants_table(exported) -> None:
+    text, bad = inspect_bundle(exported[1])
+    assert bad == []
+    assert "variants (measured at export):" in text
+    assert "encoder.ort" in text and "int8" in text and "gate:" in text
