@@ -83,7 +83,9 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     except ValueError:
         sizes = ()
     if not sizes or any(size < 1 for size in sizes):
-        raise click.BadParameter(f"expected positive integers like 1,32; got {text!r}")
+        raise click.BadParameter(
+            f"expected positive integers like 1,32; got {text!r}", param_hint="--batch-sizes"
+        )
     return sizes
 
 
@@ -177,7 +179,7 @@ def plot_report(report: dict[str, Any], path: str | Path) -> None:
             label = f"{ratio['tokens_per_s']:.2f}×" if ratio else ""
             ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                         ha="center", va="bottom", fontsize=9)  # fmt: skip
-        ax.set_xticks(range(len(runs)), [e["engine"].replace(" ", "\n", 1) for e in runs])
+        ax.set_xticks(range(len(runs)), [_short_name(e) for e in runs])
         ax.margins(y=0.12)  # room for the ratio labels
         ax.set_title(f"batch {batch}")
         ax.set_ylabel("generated tokens / s")
@@ -187,6 +189,11 @@ def plot_report(report: dict[str, Any], path: str | Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _short_name(engine: dict[str, Any]) -> str:
+    """ "PyTorch\neager" or "ORT\nint8": fits under a bar."""
+    return "PyTorch\neager" if engine["kind"] == "pytorch" else f"ORT\n{engine['variant']}"
 
 
 def _color(engine: dict[str, Any]) -> str:
@@ -200,10 +207,10 @@ def _color(engine: dict[str, Any]) -> str:
     type=click.Path(path_type=Path),
     help="Also time PyTorch eager on this checkpoint (needs torch).",
 )
-@click.option("--batch-sizes", default="1,32", show_default=True, help="Comma-separated.")
+@click.option("--batch-sizes", default="1,32", show_default=True, help="Comma-separated list.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Threads per engine.")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Timed passes (median).")
-@click.option("--inputs", "count", type=int, default=64, show_default=True, help="How many.")
+@click.option("--inputs", "count", type=int, default=64, show_default=True, help="Inputs to time.")
 @click.option("--input", "input_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Source texts, one per line (default: the task's test split).")  # fmt: skip
 @click.option("--beam", type=int, default=1, show_default=True, help="Beam size (1: greedy).")
@@ -239,6 +246,10 @@ def bench(
         raise click.BadParameter(f"must be >= 1, got {count}", param_hint="--inputs")
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise MissingDependencyError("--plot needs matplotlib: pip install matplotlib")
+    if checkpoint is not None and importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError(
+            "--checkpoint times PyTorch, which is not installed: pip install 'edgeseq[train]'"
+        )
     loaded = load_bundle(bundle)
     sources, described, warning = benchmark_sources(loaded, count, input_file, seed)
     if warning:

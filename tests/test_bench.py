@@ -28,7 +28,7 @@ from edgeseq.runtime.bench import (
 )
 from edgeseq.runtime.cli import cli
 from edgeseq.runtime.cli_bench import markdown_report, parse_batch_sizes
-from edgeseq.runtime.errors import OptionsError
+from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.manifest import read_manifest, write_manifest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -144,6 +144,23 @@ def test_a_variant_that_cannot_run_is_skipped_with_its_reason(runtime_case, tmp_
     [skip] = report["skipped"]
     assert skip["variant"] == "broken" and "decoder.broken.onnx" in skip["reason"]
     assert "skipped variant broken:" in result.stdout
+
+
+def test_missing_matplotlib_or_torch_is_one_clear_error(runtime_case, monkeypatch) -> None:
+    from edgeseq.runtime import cli_bench
+
+    real = importlib.util.find_spec
+    for module, option in (("matplotlib", "--plot"), ("torch", "--checkpoint")):
+        monkeypatch.setattr(
+            cli_bench.importlib.util, "find_spec", lambda n, m=module: None if n == m else real(n)
+        )
+        args = ["bench", str(runtime_case.bundle), option, "x", *QUICK]
+        result = CliRunner().invoke(cli, args)
+        assert isinstance(result.exception, MissingDependencyError), result.output
+        assert option in str(result.exception)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails
+    with pytest.raises(MissingDependencyError, match="matplotlib"):
+        cli_bench.plot_report({}, "x.png")
 
 
 class CountdownStep:
