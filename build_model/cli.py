@@ -69,7 +69,13 @@ def _task_options(
     help="Run directory: best/, last/, log.jsonl, loss.png.",
 )
 @click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of weights and batches.")
+@click.option(
+    "--seed",
+    type=int,
+    default=0,
+    show_default=True,
+    help="Seed of weights, dropout and batch order (a resumed run keeps its own).",
+)
 @click.option("--epochs", type=int, help="Override the recipe's epoch count.")
 @click.option("--max-minutes", type=float, help="Time budget; stops after the current step.")
 @click.option("--threads", type=int, help="torch intra-op threads (default: torch's choice).")
@@ -194,7 +200,8 @@ def evaluate(
 
     The task (and options such as --no-stress) are read from CHECKPOINT/task.json. A source
     counts as correct when the output equals any of its references (G2P words with several
-    pronunciations); PER is edit distance to the closest reference over its length.
+    pronunciations); "per" (phoneme or token error rate) is the edit distance to the closest
+    reference over that reference's length.
     """
     if beam is not None and beam < 1:
         raise OptionsError(f"--beam must be >= 1, got {beam}")
