@@ -133,8 +133,7 @@ class Reference:
             "drop_points": round(drop, 4),
             "max_drop_points": max_drop,
             "agreement": round(scores["agreement"], 6),
-            "fp32_scores": {k: round(v, 6) for k, v in self.scores.items()},
-            "variant_scores": {k: round(v, 6) for k, v in scores.items()},
+            "scores": {k: round(v, 6) for k, v in scores.items()},  # fp32's: its own entry
             "passed": drop <= max_drop,
         }
 
@@ -236,7 +235,7 @@ def _row(numbers: dict[str, Any]) -> dict[str, Any]:
 
 def _summary(numbers: dict[str, Any]) -> str:
     return (
-        f"{numbers['metric']} {numbers['fp32']:.4f} -> {numbers['variant']:.4f}, drop "
+        f"{numbers['metric']} {numbers['fp32']:.2%} -> {numbers['variant']:.2%}, drop "
         f"{numbers['drop_points']:.2f} points > {numbers['max_drop_points']}, agreement "
         f"{numbers['agreement']:.1%}"
     )
@@ -318,6 +317,7 @@ def measure_speed(
             "inputs": len(sources),
             "batch": 1,
             "threads": 1,
+            "repeats": SPEED_REPEATS,
             "provider": "CPUExecutionProvider",
         }
         for name, b in best.items()
@@ -345,6 +345,7 @@ def build_variants(
     ref = fp32_reference(directory, config, tokenizers, held, limit) if held else None
     table: dict[str, dict[str, Any]] = {"fp32": {"verified": fp32_verified}}
     if ref is not None:
+        table["fp32"]["metric"] = ref.metric
         table["fp32"]["scores"] = {k: round(v, 6) for k, v in ref.scores.items()}
     for name in options.names[1:]:
         say(f"variant {name}")

@@ -85,42 +85,48 @@ def _gate_cell(name: str, entry: dict[str, Any]) -> str:
     return "ok" if gate.get("passed") else "FAIL"
 
 
+def _variant_row(
+    name: str, entry: dict[str, Any], metric: str | None, base_rate: float | None
+) -> tuple[str, ...]:
+    """One row of `format_variants`: size, speed, then the gate's numbers."""
+    speed = entry.get("speed") or {}
+    rate, size = speed.get("tokens_per_second"), entry.get("bytes")
+    row: tuple[str, ...] = (
+        name,
+        entry.get("format", "onnx"),
+        f"{size / 1e6:.2f}" if size else "-",
+        f"{entry['size_ratio']:.2f}x" if entry.get("size_ratio") else "-",
+        f"{1000 * speed['load_seconds']:.0f}" if speed else "-",
+        f"{rate:.0f}" if rate else "-",
+        f"{rate / base_rate:.2f}x" if rate and base_rate else "-",
+    )
+    gate = entry.get("gate") or {}
+    row += (_percent(gate.get("agreement")),)
+    if metric:
+        values = "-"
+        if gate:
+            values = f"{_percent(gate.get('fp32'))} -> {_percent(gate.get('variant'))}"
+        elif metric in (entry.get("scores") or {}):  # fp32's own score
+            values = _percent(entry["scores"][metric])
+        drop = gate.get("drop_points")
+        row += (values, "-" if drop is None else f"{drop:.2f}")
+    return (*row, _gate_cell(name, entry))
+
+
 def format_variants(manifest: dict[str, Any]) -> str:
     """The size / speed / accuracy-gate table of a manifest's variants, then one line per
     gate set-up, int8 exclusion search and note (torch-free; `edgeseq export` prints it too)."""
     table = manifest.get("variants") or {}
     order = {name: i for i, name in enumerate(VARIANT_ORDER)}
     variants = dict(sorted(table.items(), key=lambda item: (order.get(item[0], 99), item[0])))
+    fp32 = variants.get("fp32") or {}
     gates = [e["gate"] for e in variants.values() if isinstance(e, dict) and e.get("gate")]
-    metric = gates[0]["metric"] if gates else None
+    metric = gates[0]["metric"] if gates else fp32.get("metric")
+    fp32_speed = fp32.get("speed") or {}
     rows = [("variant", "format", "MB", "size", "load ms", "tokens/s", "speed", "agreement")]
     rows[0] += (f"{metric} fp32->variant", "drop pts", "gate") if metric else ("gate",)
-    fp32_speed = (variants.get("fp32") or {}).get("speed") or {}
-    for name, entry in variants.items():
-        speed = entry.get("speed") or {}
-        rate, base = speed.get("tokens_per_second"), fp32_speed.get("tokens_per_second")
-        size = entry.get("bytes")
-        row = (
-            name,
-            entry.get("format", "onnx"),
-            f"{size / 1e6:.2f}" if size else "-",
-            f"{entry['size_ratio']:.2f}x" if entry.get("size_ratio") else "-",
-            f"{1000 * speed['load_seconds']:.0f}" if speed else "-",
-            f"{rate:.0f}" if rate else "-",
-            f"{rate / base:.2f}x" if rate and base else "-",
-        )
-        gate = entry.get("gate") or {}
-        row += (_percent(gate.get("agreement")),)
-        if metric:
-            values = f"{_percent(gate.get('fp32'))} -> {_percent(gate.get('variant'))}"
-            if name == "fp32" and metric in (entry.get("scores") or {}):
-                values = _percent(entry["scores"][metric])
-            drop = gate.get("drop_points")
-            row += (
-                values if gate or name == "fp32" else "-",
-                "-" if drop is None else f"{drop:.2f}",
-            )
-        rows.append((*row, _gate_cell(name, entry)))
+    base_rate = fp32_speed.get("tokens_per_second")
+    rows += [_variant_row(name, entry, metric, base_rate) for name, entry in variants.items()]
     lines = [format_table(rows)]
     if gates:
         gate = gates[0]
@@ -132,7 +138,8 @@ def format_variants(manifest: dict[str, Any]) -> str:
     if fp32_speed:
         lines.append(
             f"speed: greedy, batch {fp32_speed['batch']}, {fp32_speed['threads']} thread, "
-            f"{fp32_speed['inputs']} inputs, fastest of 3 passes (tokens include </s>)"
+            f"{fp32_speed['inputs']} inputs, fastest of {fp32_speed.get('repeats', 1)} passes "
+            "(tokens include </s>)"
         )
     for name, entry in variants.items():
         search = (entry.get("quantization") or {}).get("search")
