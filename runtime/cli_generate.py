@@ -212,7 +212,12 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
 )
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
-@click.option("--variant", default="fp32", show_default=True, help="Graph variant of the bundle.")
+@click.option(
+    "--variant",
+    default="fp32",
+    show_default=True,
+    help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
 @click.option(
     "--truncate", is_flag=True, help="Cut over-long inputs to max_len instead of failing."
