@@ -2,7 +2,7 @@
 
     spec = BenchSpec(sources=[[7, 9, 2], ...], batch_sizes=(1, 32), repeats=3, threads=1)
     timings = time_search(step_model, spec)       # {"1": {...}, "32": {...}}
-    result = run_isolated(ort_command(), spec, bundle="b", variant="fp32")  # fresh process
+    result = run_isolated(ORT_WORKER, spec, bundle="b", variant="fp32")  # fresh process
 
 Every engine runs the same search (`runtime/search.py`) on the same source ids, sorted by
 length and cut into batches of each batch size. Per batch size: one warm-up pass over every
@@ -18,6 +18,7 @@ input (not timed), then `repeats` timed passes. Reported per batch size:
 An onnxruntime variant is measured in a fresh Python process that cannot import torch
 (`run_isolated` with `ORT_WORKER`), so its peak RSS (`resource.getrusage`) is what a
 torch-free deployment needs: interpreter, numpy, onnxruntime, the sessions and the runs.
+The whole comparison (every engine, rounds, ratios) is `bench_compare.run_benchmark`.
 This module imports only numpy, onnxruntime and the standard library.
 """
 
@@ -31,7 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,7 +181,8 @@ def time_search(model: StepModel, spec: BenchSpec) -> dict[str, dict[str, Any]]:
 
 
 def summarize(passes: list[list[tuple[float, int, int, int]]]) -> dict[str, Any]:
-    """Statistics of timed passes, each a list of (seconds, rows, tokens, steps) per batch."""
+    """Statistics of timed passes, each a list of (seconds, rows, tokens, steps) per batch;
+    the passes themselves are kept under "passes" (for merging rounds, see bench_compare)."""
     rates = [sum(b[2] for b in p) / sum(b[0] for b in p) for p in passes]
     seq_ms = [1000 * b[0] for p in passes for b in p for _ in range(b[1])]
     token_ms = [1000 * b[0] / max(b[3], 1) for p in passes for b in p]
@@ -193,6 +195,7 @@ def summarize(passes: list[list[tuple[float, int, int, int]]]) -> dict[str, Any]
         "tokens": sum(b[2] for b in passes[0]),  # per pass (the same in every pass)
         "inputs": sum(b[1] for b in passes[0]),
         "seconds_per_pass": float(np.median([sum(b[0] for b in p) for p in passes])),
+        "passes": [[list(b) for b in p] for p in passes],
     }
 
 
@@ -296,110 +299,3 @@ def run_isolated(code: str, spec: BenchSpec, **extra: Any) -> dict[str, Any]:
         reason = errors[-1] if errors else f"exit code {proc.returncode}, no output"
         raise WorkerError(reason)
     return json.loads(lines[-1])
-
-
-# -- the whole comparison ----------------------------------------------------------------------
-def machine_info() -> dict[str, Any]:
-    """What the numbers depend on: cores, load average, Python, platform."""
-    import platform
-
-    return {
-        "cpu_count": os.cpu_count(),
-        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-        "loadavg_before": list(os.getloadavg()),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor() or platform.machine(),
-    }
-
-
-def ratios(engines: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per onnxruntime variant and batch size, against PyTorch eager of the same run:
-    `tokens_per_s` (ORT / PyTorch), `seq_ms_p50` (PyTorch / ORT: > 1 means ORT is faster),
-    and `same_tokens` (both generated as many tokens; a cheap check they did the same work)."""
-    torch_runs = [e for e in engines if e["kind"] == "pytorch"]
-    if not torch_runs:
-        return {}
-    reference = torch_runs[0]["batches"]
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for engine in engines:
-        if engine["kind"] != "onnxruntime":
-            continue
-        per_batch = {}
-        for batch, stats in engine["batches"].items():
-            ref = reference.get(batch)
-            if ref is None:
-                continue
-            per_batch[batch] = {
-                "tokens_per_s": stats["tokens_per_s"] / ref["tokens_per_s"],
-                "seq_ms_p50": ref["seq_ms_p50"] / stats["seq_ms_p50"],
-                "same_tokens": stats["tokens"] == ref["tokens"],
-            }
-        out[engine["variant"]] = per_batch
-    return out
-
-
-def run_benchmark(
-    bundle_dir: str | Path,
-    spec: BenchSpec,
-    checkpoint: str | Path | None = None,
-    variants: Sequence[str] | None = None,
-    provider: str = "cpu",
-    optimization: str = "all",
-    inputs: str = "",
-    progress: Callable[[str], None] | None = None,
-) -> dict[str, Any]:
-    """Measure PyTorch eager (with `checkpoint`) and every variant of the bundle's manifest
-    (or `variants`), each in a fresh process, one after the other. `provider` and
-    `optimization` (graph optimization level) apply to onnxruntime; `inputs` says where
-    spec.sources came from. A variant whose process
-    fails (e.g. fp16 on a CPU that cannot run it) is listed under "skipped" with the reason;
-    WorkerError when no onnxruntime variant ran or PyTorch failed."""
-    from .bundle import load_bundle  # imports onnxruntime; not needed by the PyTorch worker
-
-    say = progress or (lambda _: None)
-    spec.check()
-    bundle = load_bundle(bundle_dir)
-    machine = machine_info()
-    engines, skipped = [], []
-    if checkpoint is not None:
-        say(f"pytorch eager: {checkpoint}")
-        config = bundle.config.to_dict()
-        try:
-            engines.append(
-                run_isolated(TORCH_WORKER, spec, checkpoint=str(checkpoint), config=config)
-            )
-        except WorkerError as exc:
-            raise WorkerError(f"PyTorch measurement of {checkpoint} failed: {exc}") from None
-    for variant in variants or sorted(bundle.variants, key=lambda v: (v != "fp32", v)):
-        say(f"onnxruntime {variant}")
-        try:
-            engines.append(
-                run_isolated(
-                    ORT_WORKER,
-                    spec,
-                    bundle=str(bundle.path),
-                    variant=variant,
-                    provider=provider,
-                    optimization=optimization,
-                )
-            )
-        except WorkerError as exc:
-            skipped.append({"variant": variant, "reason": str(exc)})
-    if not any(e["kind"] == "onnxruntime" for e in engines):
-        reasons = "; ".join(f"{s['variant']}: {s['reason']}" for s in skipped)
-        raise WorkerError(f"no onnxruntime variant of {bundle.path} could run ({reasons})")
-    machine["loadavg_after"] = list(os.getloadavg())
-    settings = {k: v for k, v in asdict(spec).items() if k not in ("sources", "extra")}
-    settings |= {"inputs": len(spec.sources), "inputs_from": inputs, "provider": provider}
-    settings["optimization"] = optimization
-    settings["search"] = "greedy" if spec.beam_size == 1 else f"beam {spec.beam_size}"
-    return {
-        "bundle": str(bundle.path),
-        "checkpoint": str(checkpoint) if checkpoint is not None else None,
-        "machine": machine,
-        "settings": settings,
-        "engines": engines,
-        "skipped": skipped,
-        "ratios": ratios(engines),
-    }

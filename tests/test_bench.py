@@ -49,9 +49,11 @@ def checkpoint(runtime_case, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def with_checkpoint(runtime_case, checkpoint: Path, tmp_path_factory) -> tuple:
-    """`edgeseq bench BUNDLE --checkpoint CKPT --json --plot` run once: (result, report, png)."""
+    """`edgeseq bench BUNDLE --checkpoint CKPT --rounds 2 --json --plot` run once:
+    (result, report, png)."""
     out = tmp_path_factory.mktemp("bench-out")
     args = ["bench", str(runtime_case.bundle), "--checkpoint", str(checkpoint), *QUICK]
+    args += ["--rounds", "2"]
     args += ["--json", str(out / "bench.json"), "--plot", str(out / "bench.png")]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
@@ -99,16 +101,18 @@ def test_bench_with_checkpoint_has_pytorch_rows_and_ratios(with_checkpoint) -> N
     result, report, _ = with_checkpoint
     torch_run, ort_run = report["engines"]
     assert torch_run["kind"] == "pytorch" and torch_run["threads"] == 1
+    assert torch_run["rounds"] == ort_run["rounds"] == report["settings"]["rounds"] == 2
     check_engine(torch_run, ("1", "2"), inputs=5)
     check_engine(ort_run, ("1", "2"), inputs=5)
     for batch in ("1", "2"):
         ratio = report["ratios"]["fp32"][batch]
-        expected = (
-            ort_run["batches"][batch]["tokens_per_s"]
-            / (torch_run["batches"][batch]["tokens_per_s"])
-        )
-        assert ratio["tokens_per_s"] == pytest.approx(expected)
+        ort_rounds = ort_run["batches"][batch]["tokens_per_s_rounds"]
+        torch_rounds = torch_run["batches"][batch]["tokens_per_s_rounds"]
+        per_round = [o / t for o, t in zip(ort_rounds, torch_rounds, strict=True)]
+        assert ratio["tokens_per_s_rounds"] == pytest.approx(per_round)
+        assert ratio["tokens_per_s"] == pytest.approx(np.median(per_round))
         assert ratio["same_tokens"] is True  # fp32 and PyTorch did the same work
+        assert len(ort_run["batches"][batch]["tokens_per_s_runs"]) == 2  # 1 pass x 2 rounds
     lines = result.stdout.splitlines()
     assert any(line.startswith("| pytorch eager | 1 |") for line in lines)
     fp32_row = next(line for line in lines if line.startswith("| onnxruntime fp32 | 1 |"))
@@ -222,7 +226,7 @@ def test_markdown_without_pytorch_shows_no_ratio() -> None:
         "machine": {"cpu_count": 2, "processor": "x86_64", "loadavg_before": [1.0],
                     "loadavg_after": [1.5]},
         "settings": {"search": "greedy", "max_new_tokens": None, "threads": 1,
-                     "provider": "cpu", "optimization": "all", "inputs": 3,
+                     "provider": "cpu", "optimization": "all", "inputs": 3, "rounds": 1,
                      "inputs_from": "random", "repeats": 1, "warmup": True},
     }  # fmt: skip
     text = markdown_report(report)
