@@ -93,6 +93,7 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 
 # -- output ------------------------------------------------------------------------------------
 def _number(value: float | None, digits: int = 1) -> str:
+    """1234.5 -> "1,234.5"; None -> "—"."""
     return "—" if value is None else f"{value:,.{digits}f}"
 
 
@@ -200,6 +201,7 @@ def _short_name(engine: dict[str, Any]) -> str:
 
 
 def _color(engine: dict[str, Any]) -> str:
+    """Bar colour: PyTorch orange, onnxruntime blue."""
     return "tab:orange" if engine["kind"] == "pytorch" else "tab:blue"
 
 
