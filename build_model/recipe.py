@@ -29,6 +29,7 @@ class Recipe:
 
     model: dict[str, Any] = field(default_factory=dict)  # ModelConfig fields but vocab sizes
     batch_tokens: int = 4000  # padded source + target tokens per batch
+    bucket_noise: float = 0.3  # length jitter when bucketing (see tasks.make_batches); 0 = strict
     warmup: int = 4000  # steps of linear learning-rate warm-up
     lr_factor: float = 1.0  # scale of the inverse-square-root schedule
     epochs: int = 10
@@ -78,7 +79,11 @@ class Recipe:
             low = 1 if name in positive or name == "log_every" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 out.append(f"{name} must be an integer >= {low}, got {value!r}")
-        for name, low, high in (("lr_factor", 0, math.inf), ("clip", 0, math.inf)):
+        for name, low, high in (
+            ("lr_factor", 0, math.inf),
+            ("clip", 0, math.inf),
+            ("bucket_noise", 0, math.inf),
+        ):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not low <= value < high:
                 out.append(f"{name} must be a number >= {low}, got {value!r}")

@@ -204,7 +204,8 @@ class Trainer:
         """Train the rest of `epoch`; True when stopped early by the deadline or max_steps."""
         cfg, state, seed = self.model.cfg, self.state, self.state["seed"]
         rng = np.random.default_rng([seed, epoch])  # the same batches when resumed
-        batches = make_batches(self.lengths, self.recipe.batch_tokens, rng)
+        recipe = self.recipe
+        batches = make_batches(self.lengths, recipe.batch_tokens, rng, recipe.bucket_noise)
         bar = tqdm(
             total=len(batches),
             initial=state["batch_in_epoch"],

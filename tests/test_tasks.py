@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 from pathlib import Path
 
@@ -113,13 +114,23 @@ def test_unknown_task_or_option_raises_data_error() -> None:
 def test_batches_cover_every_example_once_within_the_token_budget() -> None:
     rng = np.random.default_rng(0)
     lengths = [(int(a), int(b)) for a, b in rng.integers(2, 30, size=(500, 2))]
-    batches = make_batches(lengths, 300, np.random.default_rng(1))
-    assert sorted(np.concatenate(batches).tolist()) == list(range(500))
-    for rows in batches:
-        width = max(lengths[i][0] + lengths[i][1] for i in rows)
-        assert len(rows) * width <= 300
-    again = make_batches(lengths, 300, np.random.default_rng(1))
-    assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    for noise in (0.0, 0.7):
+        batches = make_batches(lengths, 300, np.random.default_rng(1), noise)
+        assert sorted(np.concatenate(batches).tolist()) == list(range(500))
+        for rows in batches:
+            width = max(lengths[i][0] for i in rows) + max(lengths[i][1] for i in rows)
+            assert len(rows) * width <= 300
+        again = make_batches(lengths, 300, np.random.default_rng(1), noise)
+        assert all(np.array_equal(a, b) for a, b in zip(batches, again, strict=True))
+    # without noise, batches cover disjoint length ranges; with noise they overlap
+    for noise, disjoint in ((0.0, True), (0.7, False)):
+        spans = sorted(
+            (min(lengths[i][0] + lengths[i][1] for i in rows),
+             max(lengths[i][0] + lengths[i][1] for i in rows))
+            for rows in make_batches(lengths, 300, np.random.default_rng(2), noise)
+        )  # fmt: skip
+        overlaps = any(hi > lo for (_, hi), (lo, _) in itertools.pairwise(spans))
+        assert overlaps != disjoint
 
 
 def test_encode_pairs_drops_pairs_longer_than_max_len() -> None:
