@@ -179,26 +179,26 @@ class Trainer:
         self.info.update(recipe=recipe.to_dict(), params=params, dropped_too_long=dropped)
         self.info["train_examples"] = len(self.examples)
 
-    def train_step(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> float:
-        """One update on src (B, S), tgt_in (B, T), tgt_out (B, T); returns the loss."""
+    def train_step(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[float, float]:
+        """One update on src (B, S), tgt_in (B, T), tgt_out (B, T); returns the label-smoothed
+        loss it minimised and the plain cross-entropy (comparable with the dev loss)."""
         cfg, recipe = self.model.cfg, self.recipe
         self.state["step"] += 1
         lr = learning_rate(self.state["step"], cfg.d_model, recipe.warmup, recipe.lr_factor)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        logits = self.model(src, tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            tgt_out.reshape(-1),
-            ignore_index=cfg.pad_id,
-            label_smoothing=recipe.label_smoothing,
-        )
+        logits = self.model(src, tgt_in).reshape(-1, cfg.tgt_vocab_size)  # (B * T, V)
+        targets = tgt_out.reshape(-1)  # (B * T,)
+        smoothing = recipe.label_smoothing
+        loss = F.cross_entropy(logits, targets, ignore_index=cfg.pad_id, label_smoothing=smoothing)
+        with torch.no_grad():
+            nll = F.cross_entropy(logits, targets, ignore_index=cfg.pad_id)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if recipe.clip > 0:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), recipe.clip)
         self.optimizer.step()
-        return loss.item()
+        return loss.item(), nll.item()
 
     def run_epoch(self, epoch: int, deadline: float, max_steps: int | None) -> bool:
         """Train the rest of `epoch`; True when stopped early by the deadline or max_steps."""
@@ -217,7 +217,7 @@ class Trainer:
         epoch_start = time.monotonic()
         for index in range(state["batch_in_epoch"], len(batches)):
             src, tgt_in, tgt_out = collate(self.examples, batches[index], cfg)
-            loss = self.train_step(src, tgt_in, tgt_out)
+            loss, nll = self.train_step(src, tgt_in, tgt_out)
             state["batch_in_epoch"] = index + 1
             tokens = int((src != cfg.pad_id).sum() + (tgt_out != cfg.pad_id).sum())
             self.steps += 1
@@ -233,6 +233,7 @@ class Trainer:
                     step=state["step"],
                     epoch=epoch,
                     loss=loss,
+                    nll=nll,
                     lr=lr,
                     tokens_per_s=rate,
                 )
@@ -346,10 +347,10 @@ def plot_log(log_path: Path, png_path: Path) -> None:
     from matplotlib import pyplot as plt
 
     records = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines()]
-    train_pts = [(r["step"], r["loss"]) for r in records if r.get("event") == "step"]
+    train_pts = [(r["step"], r.get("nll", r["loss"])) for r in records if r["event"] == "step"]
     dev_pts = [(r["step"], r["dev_loss"]) for r in records if r.get("event") == "eval"]
     fig, ax = plt.subplots(figsize=(7, 4))
-    for points, label in ((train_pts, "train (label-smoothed)"), (dev_pts, "dev")):
+    for points, label in ((train_pts, "train"), (dev_pts, "dev")):
         if points:
             ax.plot(*zip(*points, strict=True), marker="." if label == "dev" else None, label=label)
     ax.set_xlabel("step")

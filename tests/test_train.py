@@ -48,6 +48,8 @@ def test_training_drives_the_loss_down_and_writes_the_run(trained_run) -> None:
     out, summary = trained_run
     records = [json.loads(line) for line in (out / "log.jsonl").read_text().splitlines()]
     losses = [r["loss"] for r in records if r["event"] == "step"]
+    nlls = [r["nll"] for r in records if r["event"] == "step"]  # without label smoothing
+    assert len(nlls) == len(losses) and nlls[-1] < losses[-1]
     assert len(losses) == 60  # log_every 2, 120 steps
     assert sum(losses[-5:]) / 5 < 0.8 * sum(losses[:5]) / 5  # 2.62 -> 1.86 here
     assert summary["steps"] == 120 and summary["stopped_early"] and not summary["finished"]
