@@ -67,7 +67,9 @@ def collate(
     return src, tgt_in, tgt_out
 
 
-def _new_run(task: Task, recipe: Recipe, out: Path, seed: int):
+def _new_run(
+    task: Task, recipe: Recipe, out: Path, seed: int
+) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any]]:
     """Refuse an `out` that holds a run; build tokenizers, model and a fresh state."""
     for name in ("last", "best"):
         if (out / name).exists():
@@ -86,7 +88,9 @@ def _new_run(task: Task, recipe: Recipe, out: Path, seed: int):
     return Seq2SeqTransformer(cfg.validate()), tokenizers, state
 
 
-def _resumed_run(task: Task | None, recipe: Recipe | None, out: Path):
+def _resumed_run(
+    task: Task | None, recipe: Recipe | None, out: Path
+) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any], Recipe, Task]:
     """Load OUT/last, checking that a given task or recipe matches the saved one."""
     if not (out / "last").exists():
         raise CheckpointError(f"nothing to resume: {out / 'last'} does not exist; drop --resume")
