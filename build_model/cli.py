@@ -24,7 +24,7 @@ from edgeseq.runtime.tokenizer import KINDS
 from .checkpoint import load_checkpoint
 from .recipe import Recipe
 from .tasks import TASK_NAMES, load_task
-from .train import evaluate_model
+from .train import evaluate_model, refuse_existing_run
 from .train import train as train_run
 
 
@@ -128,6 +128,8 @@ def train(
     """
     if not resume and (task is None or recipe is None):
         raise ConfigError("a new run needs --task and --recipe (or --resume to continue --out)")
+    if not resume:
+        refuse_existing_run(out)  # before the slow data loading
     loaded_recipe = Recipe.load(recipe) if recipe is not None else None
     loaded_task = None
     if task is not None:

@@ -67,20 +67,26 @@ def collate(
     return src, tgt_in, tgt_out
 
 
-def _new_run(
-    task: Task, recipe: Recipe, out: Path, seed: int
-) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any]]:
-    """Refuse an `out` that holds a run; build tokenizers, model and a fresh state."""
+def refuse_existing_run(out: str | Path) -> None:
+    """CheckpointError unless `out` is missing or empty (a new run must not overwrite one)."""
+    out = Path(out)
     for name in ("last", "best"):
         if (out / name).exists():
             state = read_meta(out / name).train_state
-            kind = "finished" if state.get("finished") else "unfinished"
+            kind = "a finished" if state.get("finished") else "an unfinished"
             raise CheckpointError(
-                f"{out} already holds a {kind} run (step {state.get('step')}); continue it "
+                f"{out} already holds {kind} run (step {state.get('step')}); continue it "
                 "with --resume (and a larger --epochs) or choose another --out"
             )
     if out.exists() and any(out.iterdir()):
         raise CheckpointError(f"{out} exists and is not an edgeseq run; choose another --out")
+
+
+def _new_run(
+    task: Task, recipe: Recipe, out: Path, seed: int
+) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any]]:
+    """Refuse an `out` that holds a run; build tokenizers, model and a fresh state."""
+    refuse_existing_run(out)
     torch.manual_seed(seed)
     tokenizers = task.build_tokenizers()
     cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
