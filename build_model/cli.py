@@ -174,6 +174,7 @@ def _beam(beam_size: int):
     """A search callable (model, src_ids, max_new_tokens) -> best ids per row of beam search."""
 
     def search(model: StepModel, src_ids: np.ndarray, max_new_tokens: int) -> list[list[int]]:
+        """src_ids int64 (B, S) -> the best hypothesis' ids per row (no <s>, no </s>)."""
         return [
             list(hyps[0].tokens) for hyps in beam_search(model, src_ids, beam_size, max_new_tokens)
         ]

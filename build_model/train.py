@@ -401,5 +401,6 @@ class _Log:
         self.path = path
 
     def write(self, **record: Any) -> None:
+        """Append `record` (JSON-able values) with the current time."""
         with self.path.open("a", encoding="utf-8") as f:
             f.write(json.dumps({"time": time.time(), **record}, sort_keys=True) + "\n")
