@@ -135,6 +135,18 @@ def test_resume_keeps_the_epochs_override(
     assert more["finished"] and more["epoch"] == 2
 
 
+def test_time_budget_stops_after_the_current_step_with_a_checkpoint(
+    small_reverse_task, small_recipe_factory, tmp_path: Path
+) -> None:
+    summary = train(
+        small_reverse_task, small_recipe_factory(), tmp_path, max_minutes=1e-9, progress=False
+    )
+    assert summary["steps"] == 1 and summary["stopped_early"]
+    _, _, meta = load_checkpoint(tmp_path / "last")
+    assert meta.resumable and meta.train_state["step"] == 1
+    assert meta.train_state["batch_in_epoch"] == 1
+
+
 def test_new_run_refuses_an_existing_run(
     trained_run, small_reverse_task, small_recipe_factory, tmp_path: Path
 ) -> None:
