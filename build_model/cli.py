@@ -68,7 +68,18 @@ def _task_options(
     type=click.Path(file_okay=False, path_type=Path),
     help="Run directory: best/, last/, log.jsonl, loss.png.",
 )
-@click.option("--resume", is_flag=True, help="Continue the run in --out from its last checkpoint.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --out from its last checkpoint (a --recipe given with it may "
+    "change training fields and dropout, not the model shape).",
+)
+@click.option(
+    "--init-from",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Start a new run from this checkpoint's weights, tokenizers and task (fresh "
+    "optimizer and schedule), e.g. to fine-tune models/g2p-en.",
+)
 @click.option(
     "--seed",
     type=int,
@@ -106,6 +117,7 @@ def train(
     recipe: Path | None,
     out: Path,
     resume: bool,
+    init_from: Path | None,
     seed: int,
     epochs: int | None,
     max_minutes: float | None,
@@ -125,9 +137,14 @@ def train(
       edgeseq train --task g2p --no-stress --recipe models/recipes/g2p-small.json --out runs/g2p
       edgeseq train --task tsv --data pairs.tsv --kind bpe --recipe my.json --out runs/mt
       edgeseq train --out runs/g2p --resume --epochs 20
+      edgeseq train --init-from models/g2p-en --recipe models/recipes/g2p-en.json --out runs/ft
     """
-    if not resume and (task is None or recipe is None):
-        raise ConfigError("a new run needs --task and --recipe (or --resume to continue --out)")
+    if resume and init_from is not None:
+        raise ConfigError("--init-from starts a new run; drop it to --resume --out")
+    if not resume and recipe is None:
+        raise ConfigError("a new run needs --recipe (or --resume to continue --out)")
+    if not resume and task is None and init_from is None:
+        raise ConfigError("a new run needs --task (or --init-from a checkpoint)")
     if not resume:
         refuse_existing_run(out)  # before the slow data loading
     loaded_recipe = Recipe.load(recipe) if recipe is not None else None
@@ -145,6 +162,7 @@ def train(
         loaded_recipe,
         out,
         resume=resume,
+        init_from=init_from,
         seed=seed,
         epochs=epochs,
         max_minutes=max_minutes,

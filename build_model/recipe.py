@@ -21,6 +21,9 @@ from edgeseq.runtime.errors import ConfigError
 
 MODEL_FIELDS = ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "dropout")
 MODEL_FIELDS += ("max_len", "positional", "norm", "activation", "tie_output", "layer_norm_eps")
+# Model fields that fix the weights' shapes and meaning; the others may change between calls.
+SHAPE_FIELDS = tuple(f for f in MODEL_FIELDS if f != "dropout")
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass
@@ -34,6 +37,7 @@ class Recipe:
     lr_factor: float = 1.0  # scale of the inverse-square-root schedule
     epochs: int = 10
     label_smoothing: float = 0.1
+    precision: str = "fp32"  # "bf16": autocast matmuls to bfloat16 (weights stay fp32)
     clip: float = 1.0  # max global gradient norm; 0 disables clipping
     eval_max_items: int = 500  # dev sources decoded greedily per evaluation; 0 = all
     eval_loss_max_items: int = 10000  # dev pairs in the dev loss; 0 = all
@@ -87,6 +91,8 @@ class Recipe:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not low <= value < high:
                 out.append(f"{name} must be a number >= {low}, got {value!r}")
+        if self.precision not in PRECISIONS:
+            out.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         ls = self.label_smoothing
         if not isinstance(ls, (int, float)) or not 0 <= ls < 1:
             out.append(f"label_smoothing must be in [0, 1), got {ls!r}")
@@ -96,6 +102,11 @@ class Recipe:
         """The flat JSON form (model fields at the top level)."""
         data = {k: v for k, v in asdict(self).items() if k != "model"}
         return {**self.model, **data}
+
+    def shape(self) -> dict[str, Any]:
+        """The model fields that weights depend on (all but dropout), defaults filled in."""
+        defaults = asdict(ModelConfig(src_vocab_size=1, tgt_vocab_size=1))
+        return {k: self.model.get(k, defaults[k]) for k in SHAPE_FIELDS}
 
     def model_config(self, src_vocab_size: int, tgt_vocab_size: int) -> ModelConfig:
         """The ModelConfig of this recipe for the given vocabulary sizes (not validated)."""

@@ -35,7 +35,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .checkpoint import load_checkpoint, read_meta, restore_training, save_checkpoint
 from .model import Seq2SeqTransformer
-from .recipe import Recipe
+from .recipe import MODEL_FIELDS, Recipe
 from .tasks import Task, encode_pairs, load_task, make_batches
 from .torch_step import TorchStep
 
@@ -83,32 +83,75 @@ def refuse_existing_run(out: str | Path) -> None:
 
 
 def _new_run(
-    task: Task, recipe: Recipe, out: Path, seed: int
-) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any]]:
-    """Refuse an `out` that holds a run; build tokenizers, model and a fresh state."""
+    task: Task | None, recipe: Recipe, out: Path, seed: int, init_from: Path | None
+) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any], Task]:
+    """Refuse an `out` that holds a run; build (or, with `init_from`, load) tokenizers and
+    model, and a fresh state."""
     refuse_existing_run(out)
     torch.manual_seed(seed)
-    tokenizers = task.build_tokenizers()
-    cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None, "seed": seed}
-    return Seq2SeqTransformer(cfg.validate()), tokenizers, state
+    if init_from is None:
+        if task is None:
+            raise ConfigError("a new run needs a task (or --init-from a checkpoint)")
+        tokenizers = task.build_tokenizers()
+        cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
+        return Seq2SeqTransformer(cfg.validate()), tokenizers, state, task
+    model, tokenizers, meta = load_checkpoint(init_from)
+    if task is not None and task.describe() != meta.task:
+        raise ConfigError(f"the task differs from the one {init_from} was trained on ({meta.task})")
+    _check_shape(recipe, model.cfg, f"the checkpoint {init_from}")
+    set_dropout(model, recipe.model.get("dropout", model.cfg.dropout))
+    task = task or load_task(meta.task["name"], **meta.task["options"])
+    return model, tokenizers, state, task
+
+
+def _check_shape(recipe: Recipe, cfg: ModelConfig, what: str) -> None:
+    """ConfigError when the recipe's model shape differs from `cfg` (dropout may differ)."""
+    have = Recipe.from_dict({k: getattr(cfg, k) for k in MODEL_FIELDS}).shape()
+    differ = [k for k, v in recipe.shape().items() if have[k] != v]
+    if differ:
+        changes = ", ".join(f"{k} {have[k]!r} -> {recipe.shape()[k]!r}" for k in differ)
+        raise ConfigError(
+            f"--recipe changes the model shape of {what} ({changes}); only training fields "
+            "and dropout can change. Use the recipe the run was trained with."
+        )
+
+
+def set_dropout(model: Seq2SeqTransformer, p: float) -> None:
+    """Set every dropout probability of `model` (and its config) to `p`."""
+    model.cfg.dropout = p
+    for module in model.modules():
+        if isinstance(module, torch.nn.Dropout):
+            module.p = p
 
 
 def _resumed_run(
     task: Task | None, recipe: Recipe | None, out: Path
-) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any], Recipe, Task]:
-    """Load OUT/last, checking that a given task or recipe matches the saved one."""
+) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any], Recipe, Task, dict[str, Any]]:
+    """Load OUT/last, checking that a given task matches the saved one. A given recipe may
+    change training fields and dropout, not the model shape; the changes are returned."""
     if not (out / "last").exists():
         raise CheckpointError(f"nothing to resume: {out / 'last'} does not exist; drop --resume")
     model, tokenizers, meta = load_checkpoint(out / "last")
     saved = Recipe.from_dict(meta.train_state["recipe"])
-    if recipe is not None and dict(recipe.to_dict(), epochs=0) != dict(saved.to_dict(), epochs=0):
-        raise ConfigError(f"--recipe differs from the one {out} was trained with; drop --recipe")
+    changed: dict[str, Any] = {}
+    if recipe is not None:
+        _check_shape(recipe, model.cfg, str(out))
+        old, new = saved.to_dict(), recipe.to_dict()
+        ignored = ("epochs", "description")
+        changed = {
+            k: [old.get(k), v] for k, v in new.items() if old.get(k) != v and k not in ignored
+        }
+        if "dropout" in changed:
+            set_dropout(model, recipe.model.get("dropout", model.cfg.dropout))
+        saved = recipe
     if task is not None and task.describe() != meta.task:
         raise ConfigError(f"the task differs from the one {out} was trained on ({meta.task})")
     task = load_task(meta.task["name"], **meta.task["options"])
     state = {k: meta.train_state.get(k) for k in RUN_STATE_KEYS}
-    return model, tokenizers, state, saved, task
+    if recipe is not None:
+        state["epochs"] = recipe.epochs
+    return model, tokenizers, state, saved, task, changed
 
 
 def train(
@@ -117,6 +160,7 @@ def train(
     out: str | Path,
     *,
     resume: bool = False,
+    init_from: str | Path | None = None,
     seed: int = 0,
     epochs: int | None = None,
     max_minutes: float | None = None,
@@ -127,17 +171,24 @@ def train(
     """Train `task` with `recipe` into directory `out`; return a summary dict.
 
     With `resume`, task, recipe and seed come from OUT/last (task and recipe may be None) and
-    training continues exactly where it stopped. `epochs` overrides the recipe's; training
-    stops cleanly (evaluation + checkpoint) after `max_minutes` or `max_steps` (this call)."""
+    training continues exactly where it stopped; a given recipe may change the training fields
+    and dropout (logged), not the model shape. With `init_from`, a new run starts from that
+    checkpoint's weights, tokenizers and task, with a fresh optimizer and schedule. `epochs`
+    overrides the recipe's; training stops cleanly (evaluation + checkpoint) after
+    `max_minutes` or `max_steps` (this call)."""
     out = Path(out)
     if threads:
         torch.set_num_threads(threads)
+    changed: dict[str, Any] = {}
+    if resume and init_from is not None:
+        raise ConfigError("--init-from starts a new run; it cannot be combined with --resume")
     if resume:
-        model, tokenizers, state, recipe, task = _resumed_run(task, recipe, out)
-    elif task is None or recipe is None:
-        raise ConfigError("a new run needs a task and a recipe")
+        model, tokenizers, state, recipe, task, changed = _resumed_run(task, recipe, out)
+    elif recipe is None:
+        raise ConfigError("a new run needs a recipe")
     else:
-        model, tokenizers, state = _new_run(task, recipe, out, seed)
+        init = Path(init_from) if init_from is not None else None
+        model, tokenizers, state, task = _new_run(task, recipe, out, seed, init)
     total_epochs = epochs or state.get("epochs") or recipe.epochs
     if resume and state["epoch"] >= total_epochs:
         message = f"already trained {state['epoch']} epochs; pass a larger --epochs"
@@ -145,7 +196,12 @@ def train(
     trainer = Trainer(model, tokenizers, task, recipe, out, state, total_epochs, progress)
     if resume:
         restore_training(out / "last", trainer.optimizer)
-    trainer.log.write(event="start", resume=resume, threads=torch.get_num_threads(), **trainer.info)
+    start = {"resume": resume, "threads": torch.get_num_threads(), **trainer.info}
+    if init_from is not None:
+        start["init_from"] = str(init_from)
+    if changed:
+        start["recipe_changed"] = changed
+    trainer.log.write(event="start", **start)
     deadline = time.monotonic() + max_minutes * 60 if max_minutes else math.inf
     started, metrics, stopped = time.monotonic(), {}, False
     for epoch in range(state["epoch"], total_epochs):
@@ -197,7 +253,9 @@ class Trainer:
         lr = learning_rate(self.state["step"], cfg.d_model, recipe.warmup, recipe.lr_factor)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
-        logits = self.model(src, tgt_in).reshape(-1, cfg.tgt_vocab_size)  # (B * T, V)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):
+            logits = self.model(src, tgt_in)
+        logits = logits.float().reshape(-1, cfg.tgt_vocab_size)  # (B * T, V)
         targets = tgt_out.reshape(-1)  # (B * T,)
         smoothing = recipe.label_smoothing
         loss = F.cross_entropy(logits, targets, ignore_index=cfg.pad_id, label_smoothing=smoothing)

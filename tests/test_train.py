@@ -154,8 +154,46 @@ def test_new_run_refuses_an_existing_run(
         train(small_reverse_task, small_recipe_factory(), trained_run[0], progress=False)
     with pytest.raises(CheckpointError, match="nothing to resume"):
         train(None, None, tmp_path / "empty", resume=True, progress=False)
-    with pytest.raises(ConfigError, match="--recipe differs"):
+    with pytest.raises(ConfigError, match=r"changes the model shape .*d_model 32 -> 64"):
         train(None, small_recipe_factory(d_model=64), trained_run[0], resume=True)
+
+
+def test_resume_may_change_training_fields_and_dropout(
+    small_reverse_task, small_recipe_factory, tmp_path: Path
+) -> None:
+    """A recipe given with resume swaps noise, precision and dropout in, and the log says so."""
+    train(small_reverse_task, small_recipe_factory(epochs=1), tmp_path, progress=False)
+    changed = small_recipe_factory(epochs=2, bucket_noise=0.0, precision="bf16", dropout=0.0)
+    summary = train(None, changed, tmp_path, resume=True, progress=False)
+    assert summary["finished"] and summary["epoch"] == 2
+    starts = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
+    starts = [r for r in starts if r["event"] == "start"]
+    assert "recipe_changed" not in starts[0]
+    assert starts[1]["recipe_changed"]["precision"] == ["fp32", "bf16"]
+    assert starts[1]["recipe_changed"]["bucket_noise"][1] == 0.0
+    _, _, meta = load_checkpoint(tmp_path / "last")
+    assert meta.train_state["recipe"]["precision"] == "bf16"
+    model, _, _ = load_checkpoint(tmp_path / "last")
+    assert model.cfg.dropout == 0.0
+
+
+def test_init_from_starts_a_new_run_from_the_weights(
+    trained_run, small_recipe_factory, tmp_path: Path
+) -> None:
+    """Step 0, fresh optimizer, the checkpoint's task and tokenizers; the shape must match."""
+    source, _ = trained_run
+    recipe = small_recipe_factory(epochs=1, dropout=0.0)
+    summary = train(None, recipe, tmp_path / "ft", init_from=source / "last", max_steps=1)
+    assert summary["step"] == 1
+    a, tok_a, meta_a = load_checkpoint(source / "last")
+    b, tok_b, meta_b = load_checkpoint(tmp_path / "ft" / "last")
+    assert meta_b.task == meta_a.task and tok_b.source.vocab_size == tok_a.source.vocab_size
+    moved = [k for k, v in _weights(a).items() if not torch.equal(v, b.state_dict()[k])]
+    assert moved and len(moved) < len(_weights(a))  # one small step away, not a new model
+    with pytest.raises(ConfigError, match="changes the model shape"):
+        train(None, small_recipe_factory(d_ff=48), tmp_path / "x", init_from=source / "last")
+    with pytest.raises(ConfigError, match="cannot be combined"):
+        train(None, recipe, source, resume=True, init_from=source / "last")
 
 
 def test_bad_recipe_names_every_problem() -> None:
