@@ -122,7 +122,9 @@ def generate_texts(
 ) -> list[str]:
     """Decode every source with `search` (default greedy) in length-sorted batches of
     `batch_size`; return the target texts in input order. Sources longer than the model's
-    max_len are cut to fit (their last position keeps `</s>`)."""
+    max_len are cut to fit (their last position keeps `</s>`). Every row may run to the
+    model's max_len, the default budget of `Generator`, so an output that never ends is cut
+    at the same length whichever path scores it (its PER does not depend on the batch)."""
     encoded = [tokenizers.source.encode(s)[: model.max_len - 1] for s in sources]
     order = sorted(range(len(sources)), key=lambda i: len(encoded[i]))
     texts = [""] * len(sources)
@@ -132,8 +134,7 @@ def generate_texts(
         src_ids = np.full((len(rows), width), model.pad_id, dtype=np.int64)  # (B, S)
         for r, i in enumerate(rows):
             src_ids[r, : len(encoded[i]) + 1] = [*encoded[i], model.eos_id]
-        max_new = min(model.max_len - 1, 2 * width + 10)
-        for i, ids in zip(rows, search(model, src_ids, max_new), strict=True):
+        for i, ids in zip(rows, search(model, src_ids, model.max_len), strict=True):
             texts[i] = tokenizers.target.decode(ids)
     return texts
 

@@ -110,3 +110,38 @@ def test_concurrent_generate_equals_sequential(gen: Generator) -> None:
         futures = [pool.submit(gen.generate, texts, options) for texts, options in jobs]
         concurrent = [f.result() for f in futures]
     assert concurrent == sequential
+
+
+class _NeverEnds:
+    """A step model that can never emit `</s>`: every output runs to the step budget."""
+
+    def __init__(self, inner) -> None:
+        self.inner = inner
+        for name in ("max_len", "vocab_size", "bos_id", "eos_id", "pad_id"):
+            setattr(self, name, getattr(inner, name))
+
+    def start(self, src_ids):
+        return self.inner.start(src_ids)
+
+    def step(self, state, input_ids):
+        logits, state = self.inner.step(state, input_ids)
+        logits = logits.copy()
+        logits[..., self.eos_id] = -np.inf
+        return logits, state
+
+    def select(self, state, rows):
+        return self.inner.select(state, rows)
+
+
+def test_scoring_texts_equal_generator_texts_even_for_outputs_that_never_end(gen) -> None:
+    """metrics.generate_texts (what `edgeseq evaluate` scores) decodes with the Generator's
+    default budget, so an unfinished output is cut at the same length in both paths."""
+    from edgeseq.runtime.metrics import generate_texts
+
+    for model in (gen.step_model, _NeverEnds(gen.step_model)):
+        scored = generate_texts(model, TEXTS[:-2], gen.tokenizers, batch_size=3)
+        tok = gen.tokenizers.source
+        for text, got in zip(TEXTS[:-2], scored, strict=True):
+            src = np.array([[*tok.encode(text), tok.eos_id]], dtype=np.int64)
+            [[hyp]] = search(model, src, GenerationOptions())
+            assert got == gen.tokenizers.target.decode(hyp.tokens), text
