@@ -3,6 +3,7 @@
     save_checkpoint(out / "last", model, tokenizers, task.describe(), state, optimizer)
     model, tokenizers, meta = load_checkpoint(out / "last")   # meta.task, meta.train_state
     restore_training(out / "last", optimizer)                 # Adam moments + torch RNG
+    average_checkpoints([run / "epochs/35", run / "epochs/36"], "runs/avg")  # mean weights
 
 Layout of a checkpoint directory:
 
@@ -34,7 +35,7 @@ from safetensors.torch import load_file, load_model, save_file, save_model
 
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import CONFIG_FILE, TOKENIZER_FILE
-from edgeseq.runtime.errors import CheckpointError, EdgeseqError
+from edgeseq.runtime.errors import CheckpointError, ConfigError, EdgeseqError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .model import Seq2SeqTransformer
@@ -203,3 +204,38 @@ def restore_training(path: str | Path, optimizer: torch.optim.Optimizer) -> None
         ) from None
     if "rng.torch" in tensors:
         torch.set_rng_state(tensors["rng.torch"])
+
+
+def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
+    """Write to `out` a checkpoint whose weights are the element-wise mean of those at `paths`
+    (checkpoint averaging, as in "Attention is all you need"); return `out`.
+
+    The checkpoints must share config (dropout aside), tokenizers and task; the first one's
+    config, tokenizers and task are kept. No optimizer state is written: the result is for
+    evaluation and export, or for `edgeseq train --init-from`."""
+    if len(paths) < 2:
+        raise ConfigError("averaging needs at least two checkpoints")
+    out = Path(out)
+    if out.resolve() in {Path(p).resolve() for p in paths}:
+        raise ConfigError(f"--out {out} is one of the inputs; choose another directory")
+    first, tokenizers, meta = load_checkpoint(paths[0])
+    total = {k: v.double() for k, v in first.state_dict().items()}
+    reference = dict(first.cfg.__dict__, dropout=None)
+    for path in paths[1:]:
+        model, other, other_meta = load_checkpoint(path)
+        if dict(model.cfg.__dict__, dropout=None) != reference:
+            raise CheckpointError(
+                f"{path} has another model config than {paths[0]}; average one run's checkpoints"
+            )
+        same_vocab = [t.to_str() for t in (other.source, other.target)] == [
+            t.to_str() for t in (tokenizers.source, tokenizers.target)
+        ]
+        if not same_vocab or other_meta.task != meta.task:
+            raise CheckpointError(f"{path} has other tokenizers or task than {paths[0]}")
+        for name, value in model.state_dict().items():
+            total[name] += value.double()
+    first.load_state_dict({k: (v / len(paths)).float() for k, v in total.items()})
+    steps = [read_meta(p).train_state.get("step") for p in paths]
+    state = {"averaged_from": [str(p) for p in paths], "averaged_steps": steps}
+    state["step"] = max((s for s in steps if isinstance(s, int)), default=None)
+    return save_checkpoint(out, first, tokenizers, meta.task, state)

@@ -21,7 +21,7 @@ from edgeseq.runtime.search import beam_search
 from edgeseq.runtime.step import StepModel
 from edgeseq.runtime.tokenizer import KINDS
 
-from .checkpoint import load_checkpoint
+from .checkpoint import average_checkpoints, load_checkpoint
 from .recipe import Recipe
 from .tasks import TASK_NAMES, load_task
 from .train import evaluate_model, refuse_existing_run
@@ -251,3 +251,22 @@ def evaluate(
     for key, value in metrics.items():
         if key != "count":
             click.echo(f"  {key:<13} {value:.4f}")
+
+
+@click.command()
+@click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory to write.")
+def average(checkpoints: tuple[Path, ...], out: Path) -> None:
+    """Average the weights of CHECKPOINTS (one run's) into a new checkpoint at --out.
+
+    Averaging the last few epochs' weights, as the Transformer paper did, usually scores better
+    than any one of them. `edgeseq train` keeps the last `keep_epochs` epochs of a run
+    (a recipe field) under OUT/epochs/ for this.
+
+    \b
+    Example:
+      edgeseq average runs/g2p/epochs/* --out runs/g2p/averaged
+      edgeseq evaluate runs/g2p/averaged --split dev
+    """
+    path = average_checkpoints(list(checkpoints), out)
+    click.echo(f"averaged {len(checkpoints)} checkpoints -> {path}")

@@ -43,6 +43,7 @@ class Recipe:
     eval_loss_max_items: int = 10000  # dev pairs in the dev loss; 0 = all
     eval_batch_size: int = 128  # sources per greedy batch
     save_every: int = 500  # steps between `last` checkpoints
+    keep_epochs: int = 0  # weights of the last N finished epochs kept in OUT/epochs/ (averaging)
     log_every: int = 50  # steps between log.jsonl lines
     description: str = ""
 
@@ -78,7 +79,8 @@ class Recipe:
         """Every problem with the training fields and the model fields."""
         out = [p for p in self.model_config(100, 100).problems() if "vocab" not in p]
         positive = ("batch_tokens", "warmup", "epochs", "eval_batch_size", "save_every")
-        for name in (*positive, "log_every", "eval_max_items", "eval_loss_max_items"):
+        zero_ok = ("log_every", "eval_max_items", "eval_loss_max_items", "keep_epochs")
+        for name in (*positive, *zero_ok):
             value = getattr(self, name)
             low = 1 if name in positive or name == "log_every" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < low:

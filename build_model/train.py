@@ -11,13 +11,15 @@ gradient-norm clipping, length-bucketed batches of at most `batch_tokens` padded
 After every epoch (and when stopped by a budget) the dev split is scored: loss over up to
 `eval_loss_max_items` pairs and greedy exact match / WER / PER over up to `eval_max_items`
 sources. OUT/last holds the latest state (also every `save_every` steps), OUT/best the best
-dev exact match (ties: lower dev loss); OUT/log.jsonl and OUT/loss.png record the run.
+dev exact match (ties: lower dev loss), OUT/epochs/NNN the weights after each of the last
+`keep_epochs` epochs; OUT/log.jsonl and OUT/loss.png record the run.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -345,9 +347,19 @@ class Trainer:
         self.save("last", with_optimizer=True)
         if improved:
             self.save("best", with_optimizer=False)
+        if self.recipe.keep_epochs and self.state["batch_in_epoch"] == 0:
+            self.keep_epoch()
         plot_log(self.out / "log.jsonl", self.out / "loss.png")
         self.model.train()
         return metrics
+
+    def keep_epoch(self) -> None:
+        """Save the weights of the epoch just finished as OUT/epochs/NNN; keep the newest
+        `keep_epochs` of them (inputs for `edgeseq average`)."""
+        self.save(f"epochs/{self.state['epoch']:03d}", with_optimizer=False)
+        kept = sorted(p for p in (self.out / "epochs").iterdir() if p.name.isdigit())
+        for old in kept[: -self.recipe.keep_epochs]:
+            shutil.rmtree(old)
 
 
 def _rank(metrics: dict[str, Any]) -> tuple[float, float]:

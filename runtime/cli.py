@@ -18,6 +18,7 @@ from .errors import EdgeseqError, MissingDependencyError
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("edgeseq.build_model.cli:train", "Train a model on a task; writes checkpoints."),
     "evaluate": ("edgeseq.build_model.cli:evaluate", "Score a checkpoint on a task split."),
+    "average": ("edgeseq.build_model.cli:average", "Average checkpoints' weights into one."),
     "export": ("edgeseq.export.cli:export", "Export a checkpoint to an ONNX bundle, with parity."),
     "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
     "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),

@@ -247,3 +247,24 @@ def test_cli_errors_are_one_line(trained_run, capsys, tmp_path: Path) -> None:
     with pytest.raises(SystemExit):
         main(["train", "--task", "copy", "--no-stress", "--recipe", recipe, "--out", new])
     assert capsys.readouterr().err == "error: --no-stress applies to --task g2p only\n"
+
+
+def test_keep_epochs_and_average(small_reverse_task, small_recipe_factory, tmp_path: Path) -> None:
+    """The last 2 of 3 epochs are kept; `edgeseq average` writes their element-wise mean."""
+    recipe = small_recipe_factory(epochs=3, keep_epochs=2)
+    train(small_reverse_task, recipe, tmp_path / "run", progress=False)
+    kept = sorted((tmp_path / "run" / "epochs").iterdir())
+    assert [p.name for p in kept] == ["002", "003"]
+    out = tmp_path / "avg"
+    result = CliRunner().invoke(cli, ["average", *map(str, kept), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    a, b = (load_checkpoint(p)[0].state_dict() for p in kept)
+    averaged, _, meta = load_checkpoint(out)
+    assert meta.train_state["averaged_steps"] == [
+        load_checkpoint(p)[2].train_state["step"] for p in kept
+    ]
+    for name, value in averaged.state_dict().items():
+        torch.testing.assert_close(value, (a[name] + b[name]) / 2, msg=name)
+    assert not torch.equal(a["tgt_embed.weight"], b["tgt_embed.weight"])
+    again = CliRunner().invoke(cli, ["average", str(kept[0]), "--out", str(tmp_path / "x")])
+    assert again.exit_code != 0 and "at least two" in str(again.exception)
