@@ -235,10 +235,10 @@ def test_markdown_without_pytorch_shows_no_ratio() -> None:
 
 
 # -- benchmarks/g2p_vs_g2p_en.py -----------------------------------------------------------------
-def load_script():
-    """The benchmark script as a module (benchmarks/ is not a package)."""
-    path = ROOT / "benchmarks" / "g2p_vs_g2p_en.py"
-    spec = importlib.util.spec_from_file_location("g2p_vs_g2p_en", path)
+def load_script(name: str = "g2p_vs_g2p_en"):
+    """A benchmark script as a module (benchmarks/ is not a package)."""
+    path = ROOT / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
@@ -262,3 +262,25 @@ def test_g2p_en_loads_offline_and_batching_spells_like_predict() -> None:
     single = [g2p.predict(w) for w in words]
     assert single[0] == ["HH", "EH1", "L", "OW0"]
     assert script.batched_predict(g2p, words) == single
+
+
+# -- benchmarks/variant_accuracy.py --------------------------------------------------------------
+def test_variant_accuracy_fp32_row_equals_evaluate_on_the_checkpoint(
+    runtime_case, checkpoint: Path, tmp_path: Path, capsys
+) -> None:
+    """The ORT fp32 row scores exactly what `edgeseq evaluate` scores with PyTorch."""
+    from edgeseq.build_model.checkpoint import load_checkpoint
+    from edgeseq.build_model.tasks import load_task
+    from edgeseq.build_model.train import evaluate_model
+
+    script = load_script("variant_accuracy")
+    out = tmp_path / "rows.json"
+    args = [str(runtime_case.bundle), "--split", "dev", "--limit", "30", "--threads", "1"]
+    assert script.main([*args, "--json", str(out)]) == 0
+    [row] = json.loads(out.read_text())
+    model, tokenizers, _ = load_checkpoint(checkpoint)
+    expected = evaluate_model(model, tokenizers, load_task("reverse"), "dev", limit=30)
+    assert row["variant"] == "fp32" and row["agreement_with_fp32"] == 1.0
+    for key, value in expected.items():
+        assert row[key] == pytest.approx(value), key
+    assert "| fp32 | " in capsys.readouterr().out
