@@ -132,8 +132,8 @@ def format_variants(manifest: dict[str, Any]) -> str:
         gate = gates[0]
         lines.append(
             f"gate: greedy on {gate['inputs']} inputs ({gate['source']}) on "
-            f"{gate.get('provider', 'CPU')}; fails when {gate['metric']} drops more than "
-            f"{gate['max_drop_points']} points below fp32"
+            f"{gate.get('provider', 'CPU')}; fails when {gate['metric']} is more than "
+            f"{gate['max_drop_points']} points worse than fp32's"
         )
     if fp32_speed:
         lines.append(
