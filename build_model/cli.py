@@ -22,9 +22,10 @@ from edgeseq.runtime.step import StepModel
 from edgeseq.runtime.tokenizer import KINDS
 
 from .checkpoint import average_checkpoints, load_checkpoint
+from .evaluation import evaluate_model
 from .recipe import Recipe
 from .tasks import TASK_NAMES, load_task
-from .train import evaluate_model, refuse_existing_run
+from .train import refuse_existing_run
 from .train import train as train_run
 
 

@@ -32,14 +32,14 @@ from tqdm import tqdm
 
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import CheckpointError, ConfigError
-from edgeseq.runtime.metrics import evaluate_references
 from edgeseq.runtime.tokenizer import TokenizerPair
 
+from .batching import collate
 from .checkpoint import load_checkpoint, read_meta, restore_training, save_checkpoint
+from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
 from .recipe import MODEL_FIELDS, Recipe
 from .tasks import Task, encode_pairs, load_task, make_batches
-from .torch_step import TorchStep
 
 # What a checkpoint's train_state.json carries from one train() call to the next.
 RUN_STATE_KEYS = ("step", "epoch", "batch_in_epoch", "best", "seed", "finished", "epochs")
@@ -49,24 +49,6 @@ def learning_rate(step: int, d_model: int, warmup: int, factor: float) -> float:
     """factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1."""
     step = max(step, 1)
     return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-
-
-def collate(
-    examples: list[tuple[list[int], list[int]]], rows: np.ndarray, cfg: ModelConfig
-) -> tuple[Tensor, Tensor, Tensor]:
-    """src (B, S) = tokens + </s>; tgt_in (B, T) = <s> + tokens; tgt_out (B, T) = tokens + </s>."""
-    picked = [examples[i] for i in rows]
-    src_w = max(len(s) for s, _ in picked) + 1
-    tgt_w = max(len(t) for _, t in picked) + 1
-    pad, bos, eos = cfg.pad_id, cfg.bos_id, cfg.eos_id
-    src = torch.full((len(picked), src_w), pad, dtype=torch.long)
-    tgt_in = torch.full((len(picked), tgt_w), pad, dtype=torch.long)
-    tgt_out = torch.full((len(picked), tgt_w), pad, dtype=torch.long)
-    for r, (s, t) in enumerate(picked):
-        src[r, : len(s) + 1] = torch.tensor([*s, eos])
-        tgt_in[r, : len(t) + 1] = torch.tensor([bos, *t])
-        tgt_out[r, : len(t) + 1] = torch.tensor([*t, eos])
-    return src, tgt_in, tgt_out
 
 
 def refuse_existing_run(out: str | Path) -> None:
@@ -365,102 +347,6 @@ class Trainer:
 def _rank(metrics: dict[str, Any]) -> tuple[float, float]:
     """Higher is better: dev exact match, then lower dev loss."""
     return metrics["exact_match"], -metrics["dev_loss"]
-
-
-@torch.no_grad()
-def dev_loss(
-    model: Seq2SeqTransformer,
-    pairs: list[tuple[str, str]],
-    tokenizers: TokenizerPair,
-    batch_tokens: int,
-) -> float:
-    """Mean cross-entropy per target token (no label smoothing, eval mode) over `pairs`."""
-    cfg = model.cfg
-    model.eval()
-    examples, _ = encode_pairs(pairs, tokenizers, cfg.max_len)
-    lengths = [(len(s) + 1, len(t) + 1) for s, t in examples]
-    total, count = 0.0, 0
-    for rows in make_batches(lengths, batch_tokens, np.random.default_rng(0)):
-        src, tgt_in, tgt_out = collate(examples, rows, cfg)
-        logits = model(src, tgt_in)  # (B, T, V)
-        total += F.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]),
-            tgt_out.reshape(-1),
-            ignore_index=cfg.pad_id,
-            reduction="sum",
-        ).item()
-        count += int((tgt_out != cfg.pad_id).sum())
-    return total / max(count, 1)
-
-
-def evaluate_model(
-    model: Seq2SeqTransformer,
-    tokenizers: TokenizerPair,
-    task: Task,
-    split: str = "dev",
-    limit: int | None = None,
-    batch_size: int = 128,
-    search: Any = None,
-) -> dict[str, float]:
-    """Exact match, WER and token error rate ("per") of greedy decoding (or `search`, a
-    callable (step_model, src_ids (B, S), max_new_tokens) -> ids per row) on the first
-    `limit` sources of `split`; for G2P with stress also the stressless WER and PER."""
-    tokenize = list if task.target_tokens_are_chars else str.split
-    kwargs = {"search": search} if search is not None else {}
-    return evaluate_references(
-        TorchStep(model),
-        tokenizers,
-        task.references(split),
-        limit=limit,
-        batch_size=batch_size,
-        tokenize=tokenize,
-        with_stressless=task.has_stress,
-        **kwargs,
-    )
-
-
-def plot_log(log_path: Path, png_path: Path) -> None:
-    """Draw train loss per logged step and dev loss per evaluation from log.jsonl into a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    records = [json.loads(line) for line in log_path.read_text(encoding="utf-8").splitlines()]
-    train_pts = [(r["step"], r.get("nll", r["loss"])) for r in records if r["event"] == "step"]
-    dev_pts = [(r["step"], r["dev_loss"]) for r in records if r.get("event") == "eval"]
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for points, label in ((train_pts, "train"), (dev_pts, "dev")):
-        if points:
-            ax.plot(*zip(*points, strict=True), marker="." if label == "dev" else None, label=label)
-    ax.set_xlabel("step")
-    ax.set_ylabel("cross-entropy per token")
-    ax.legend()
-    fig.tight_layout()
-    tmp = png_path.with_suffix(".tmp.png")
-    fig.savefig(tmp, dpi=100)
-    plt.close(fig)
-    tmp.replace(png_path)
-
-
-def dev_metrics(
-    model: Seq2SeqTransformer, task: Task, tokenizers: TokenizerPair, recipe: Recipe
-) -> dict[str, Any]:
-    """Dev loss (no smoothing) over the first `eval_loss_max_items` dev pairs and greedy
-    metrics over the first `eval_max_items` dev sources."""
-    loss_pairs = task.dev[: recipe.eval_loss_max_items or None]
-    metrics = {"dev_loss": dev_loss(model, loss_pairs, tokenizers, recipe.batch_tokens)}
-    metrics.update(
-        evaluate_model(
-            model,
-            tokenizers,
-            task,
-            "dev",
-            limit=recipe.eval_max_items or None,
-            batch_size=recipe.eval_batch_size,
-        )
-    )
-    return metrics
 
 
 class _Log:

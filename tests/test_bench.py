@@ -270,8 +270,8 @@ def test_variant_accuracy_fp32_row_equals_evaluate_on_the_checkpoint(
 ) -> None:
     """The ORT fp32 row scores exactly what `edgeseq evaluate` scores with PyTorch."""
     from edgeseq.build_model.checkpoint import load_checkpoint
+    from edgeseq.build_model.evaluation import evaluate_model
     from edgeseq.build_model.tasks import load_task
-    from edgeseq.build_model.train import evaluate_model
 
     script = load_script("variant_accuracy")
     out = tmp_path / "rows.json"
