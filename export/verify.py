@@ -7,8 +7,10 @@
 
 Three levels, each reported with its numbers:
 1. per graph: every output vs PyTorch over batch x src_len x past_len x new_len grids;
-2. per step: decoder logits along a greedy decode vs PyTorch's cached `decode_step` and its
-   uncached full `decode` of the same tokens;
+2. per step: decoder logits along a greedy decode vs PyTorch's cached `decode_step` (within
+   the tolerance) and its uncached full `decode` of the same tokens (within the tolerance
+   plus PyTorch's own cached-vs-uncached difference: the two orders of summation differ by
+   ~1e-4 on a trained model's logits, in PyTorch too);
 3. end to end: greedy sequences of `OrtStep` and `TorchStep` driven by the same
    `greedy_search`; a mismatch is reported with its first divergent step and top-2 logits.
 """
@@ -186,7 +188,7 @@ def level2_steps(
         cross_k, cross_v = model.cross_kv(memory)
         past_k, past_v = model.empty_cache(src.shape[0], memory)
         tokens = np.full((src.shape[0], 1), cfg.bos_id, dtype=np.int64)
-        ort_steps, cached_diffs = [], []
+        ort_steps, cached_diffs, torch_steps = [], [], []
         for _ in range(steps):
             last = tokens[:, -1:]
             ort_logits, state = engine.step(state, last)  # (B, 1, V)
@@ -194,6 +196,7 @@ def level2_steps(
                 torch.from_numpy(last), past_k, past_v, cross_k, cross_v, keep
             )
             cached_diffs.append(_max_diff(torch_logits.numpy(), ort_logits))
+            torch_steps.append(torch_logits.numpy()[:, 0])
             ort_steps.append(ort_logits[:, 0])
             choice = ort_logits[:, -1].copy()
             choice[:, cfg.pad_id] = -np.inf
@@ -202,12 +205,16 @@ def level2_steps(
         uncached = model.decode(fed, memory, keep).numpy()  # (B, steps, V)
     ort_all = np.stack(ort_steps, axis=1)  # (B, steps, V)
     max_cached, max_uncached = max(cached_diffs), _max_diff(uncached, ort_all)
+    torch_drift = _max_diff(uncached, np.stack(torch_steps, axis=1))
+    uncached_bound = TOLERANCE_FP32 + torch_drift
     return {
-        "passed": max(max_cached, max_uncached) <= TOLERANCE_FP32,
+        "passed": max_cached <= TOLERANCE_FP32 and max_uncached <= uncached_bound,
         "rows": int(src.shape[0]),
         "steps": steps,
         "max_abs_diff_cached": max_cached,
         "max_abs_diff_uncached": max_uncached,
+        "torch_cached_vs_uncached": torch_drift,
+        "uncached_bound": uncached_bound,
         "worst_step": int(np.argmax(cached_diffs)),
     }
 
@@ -347,7 +354,9 @@ def check_parity(report: dict[str, Any]) -> None:
     if not level2["passed"]:
         problems.append(
             f"level 2 step logits max |Δ| {level2['max_abs_diff_cached']:.2e} (cached), "
-            f"{level2['max_abs_diff_uncached']:.2e} (uncached) above {tol:.0e}"
+            f"{level2['max_abs_diff_uncached']:.2e} (uncached), bounds {tol:.0e} (cached) and "
+            f"{level2.get('uncached_bound', tol):.2e} (uncached: tolerance + PyTorch's own "
+            "cached-vs-uncached difference)"
         )
     if not level3["passed"]:
         text = f"level 3 {level3['identical']}/{level3['inputs']} greedy sequences identical"
