@@ -38,7 +38,7 @@ from .batching import collate
 from .checkpoint import load_checkpoint, read_meta, restore_training, save_checkpoint
 from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
-from .recipe import MODEL_FIELDS, Recipe
+from .recipe import Recipe
 from .tasks import Task, encode_pairs, load_task, make_batches
 
 # What a checkpoint's train_state.json carries from one train() call to the next.
@@ -91,10 +91,10 @@ def _new_run(
 
 def _check_shape(recipe: Recipe, cfg: ModelConfig, what: str) -> None:
     """ConfigError when the recipe's model shape differs from `cfg` (dropout may differ)."""
-    have = Recipe.from_dict({k: getattr(cfg, k) for k in MODEL_FIELDS}).shape()
-    differ = [k for k, v in recipe.shape().items() if have[k] != v]
+    want = recipe.shape()
+    differ = [k for k, v in want.items() if getattr(cfg, k) != v]
     if differ:
-        changes = ", ".join(f"{k} {have[k]!r} -> {recipe.shape()[k]!r}" for k in differ)
+        changes = ", ".join(f"{k} {getattr(cfg, k)!r} -> {want[k]!r}" for k in differ)
         raise ConfigError(
             f"--recipe changes the model shape of {what} ({changes}); only training fields "
             "and dropout can change. Use the recipe the run was trained with."
