@@ -284,3 +284,15 @@ def test_variant_accuracy_fp32_row_equals_evaluate_on_the_checkpoint(
     for key, value in expected.items():
         assert row[key] == pytest.approx(value), key
     assert "| fp32 | " in capsys.readouterr().out
+
+
+# -- benchmarks/train_step.py --------------------------------------------------------------------
+def test_train_step_benchmark_reports_padding_and_both_precisions(capsys) -> None:
+    script = load_script("train_step")
+    lengths = [(n, n) for n in range(2, 40)] * 20
+    assert 0 <= script.padding(lengths, 400, 0.0) < script.padding(lengths, 400, 0.7)
+    recipe = str(ROOT / "models" / "recipes" / "tiny.json")
+    args = ["--recipe", recipe, "--task", "reverse", "--steps", "2"]
+    assert script.main(args) == 0
+    out = capsys.readouterr().out
+    assert "| 0.0 |" in out and "| fp32 |" in out and "| bf16 |" in out and "speed-up" in out
