@@ -24,6 +24,7 @@ MODEL_FIELDS += ("max_len", "positional", "norm", "activation", "tie_output", "l
 # Model fields that fix the weights' shapes and meaning; the others may change between calls.
 SHAPE_FIELDS = tuple(f for f in MODEL_FIELDS if f != "dropout")
 PRECISIONS = ("fp32", "bf16")
+SCHEDULES = ("inverse_sqrt", "linear")
 
 
 @dataclass
@@ -34,7 +35,8 @@ class Recipe:
     batch_tokens: int = 4000  # padded source + target tokens per batch
     bucket_noise: float = 0.3  # length jitter when bucketing (see tasks.make_batches); 0 = strict
     warmup: int = 4000  # steps of linear learning-rate warm-up
-    lr_factor: float = 1.0  # scale of the inverse-square-root schedule
+    lr_factor: float = 1.0  # scale of the schedule (peak lr = lr_factor * (d_model * warmup)^-0.5)
+    schedule: str = "inverse_sqrt"  # after warm-up: "inverse_sqrt" (the paper's) or "linear" to 0
     epochs: int = 10
     label_smoothing: float = 0.1
     precision: str = "fp32"  # "bf16": autocast matmuls to bfloat16 (weights stay fp32)
@@ -95,6 +97,8 @@ class Recipe:
                 out.append(f"{name} must be a number >= {low}, got {value!r}")
         if self.precision not in PRECISIONS:
             out.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
+        if self.schedule not in SCHEDULES:
+            out.append(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
         ls = self.label_smoothing
         if not isinstance(ls, (int, float)) or not 0 <= ls < 1:
             out.append(f"label_smoothing must be in [0, 1), got {ls!r}")

@@ -6,8 +6,10 @@
     summary = train(None, None, "runs/rev", resume=True, epochs=20)   # continue exactly
 
 Adam (0.9, 0.98, 1e-9) with the paper's schedule lr = factor * d_model^-0.5 *
-min(step^-0.5, step * warmup^-1.5), label-smoothed cross-entropy that ignores padding,
-gradient-norm clipping, length-bucketed batches of at most `batch_tokens` padded tokens.
+min(step^-0.5, step * warmup^-1.5) (or, with `schedule: linear`, the same warm-up and peak
+then a straight line to 0 at the run's last step), label-smoothed cross-entropy that
+ignores padding, gradient-norm clipping, length-bucketed batches of at most `batch_tokens`
+padded tokens.
 After every epoch (and when stopped by a budget) the dev split is scored: loss over up to
 `eval_loss_max_items` pairs and greedy exact match / WER / PER over up to `eval_max_items`
 sources. OUT/last holds the latest state (also every `save_every` steps), OUT/best the best
@@ -45,10 +47,29 @@ from .tasks import Task, encode_pairs, load_task, make_batches
 RUN_STATE_KEYS = ("step", "epoch", "batch_in_epoch", "best", "seed", "finished", "epochs")
 
 
-def learning_rate(step: int, d_model: int, warmup: int, factor: float) -> float:
-    """factor * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), for step >= 1."""
+def learning_rate(
+    step: int,
+    d_model: int,
+    warmup: int,
+    factor: float,
+    schedule: str = "inverse_sqrt",
+    total_steps: int | None = None,
+) -> float:
+    """The learning rate at `step` >= 1. Both schedules warm up linearly to the same peak,
+    factor * d_model^-0.5 * warmup^-0.5, at `warmup`; then "inverse_sqrt" (the paper's) is
+    factor * d_model^-0.5 * step^-0.5 and "linear" falls in a straight line to 0 at
+    `total_steps` (the last step of the run)."""
     step = max(step, 1)
-    return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    if schedule == "inverse_sqrt":
+        return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
+    if schedule != "linear":
+        raise ConfigError(f"unknown schedule {schedule!r}; use inverse_sqrt or linear")
+    if total_steps is None:
+        raise ConfigError("the linear schedule needs the run's total number of steps")
+    peak = factor * (d_model * warmup) ** -0.5
+    if step <= warmup:
+        return peak * step / warmup
+    return peak * max(0.0, (total_steps - step) / max(total_steps - warmup, 1))
 
 
 def refuse_existing_run(out: str | Path) -> None:
@@ -228,13 +249,28 @@ class Trainer:
         self.info = {"step": state["step"], "seed": state["seed"], "task": task.describe()}
         self.info.update(recipe=recipe.to_dict(), params=params, dropped_too_long=dropped)
         self.info["train_examples"] = len(self.examples)
+        self.total_steps = self.count_steps(epochs) if recipe.schedule == "linear" else None
+        if self.total_steps is not None:
+            self.info["total_steps"] = self.total_steps
+
+    def count_steps(self, epochs: int) -> int:
+        """The number of steps in `epochs` epochs of this recipe's batches (the batches of each
+        epoch are fixed by the seed, so this is exact for a run that keeps its recipe)."""
+        seed, recipe = self.state["seed"], self.recipe
+        return sum(
+            len(make_batches(self.lengths, recipe.batch_tokens, rng, recipe.bucket_noise))
+            for rng in (np.random.default_rng([seed, e]) for e in range(epochs))
+        )
 
     def train_step(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[float, float]:
         """One update on src (B, S), tgt_in (B, T), tgt_out (B, T); returns the label-smoothed
         loss it minimised and the plain cross-entropy (comparable with the dev loss)."""
         cfg, recipe = self.model.cfg, self.recipe
         self.state["step"] += 1
-        lr = learning_rate(self.state["step"], cfg.d_model, recipe.warmup, recipe.lr_factor)
+        step = self.state["step"]
+        lr = learning_rate(
+            step, cfg.d_model, recipe.warmup, recipe.lr_factor, recipe.schedule, self.total_steps
+        )
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -70,6 +71,36 @@ def test_learning_rate_warms_up_then_decays_as_inverse_sqrt() -> None:
     assert peak == pytest.approx(d**-0.5 * warmup**-0.5)
     assert learning_rate(50, d, warmup, 1.0) == pytest.approx(peak / 2)
     assert learning_rate(400, d, warmup, 2.0) == pytest.approx(2 * peak / 2)
+
+
+def test_linear_schedule_shares_the_warm_up_and_falls_to_zero() -> None:
+    d, warmup, total = 256, 100, 1100
+    peak = learning_rate(warmup, d, warmup, 1.0)
+    for step in (1, 50, 100):
+        assert learning_rate(step, d, warmup, 1.0, "linear", total) == learning_rate(
+            step, d, warmup, 1.0
+        )
+    assert learning_rate(600, d, warmup, 1.0, "linear", total) == pytest.approx(peak / 2)
+    assert learning_rate(total, d, warmup, 1.0, "linear", total) == 0.0
+    assert learning_rate(total + 5, d, warmup, 1.0, "linear", total) == 0.0
+    with pytest.raises(ConfigError, match="total number of steps"):
+        learning_rate(200, d, warmup, 1.0, "linear")
+    with pytest.raises(ConfigError, match="schedule must be one of"):
+        Recipe.from_dict({"schedule": "cosine"})
+
+
+def test_linear_schedule_ends_at_zero_on_the_runs_last_step(
+    small_reverse_task, small_recipe_factory, tmp_path: Path
+) -> None:
+    recipe = small_recipe_factory(epochs=2, schedule="linear", warmup=4, log_every=1)
+    summary = train(small_reverse_task, recipe, tmp_path / "lin", threads=1, progress=False)
+    records = [
+        json.loads(line) for line in (tmp_path / "lin" / "log.jsonl").read_text().splitlines()
+    ]
+    lrs = [r["lr"] for r in records if r["event"] == "step"]
+    assert records[0]["total_steps"] == summary["steps"] == len(lrs) > 8
+    assert lrs[-1] == 0.0 and max(lrs) == lrs[3]  # peak at the end of warm-up
+    assert all(a > b for a, b in itertools.pairwise(lrs[3:]))  # then strictly down
 
 
 @pytest.mark.parametrize("tie_output", [False, True])
