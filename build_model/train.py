@@ -40,7 +40,7 @@ from .batching import collate
 from .checkpoint import load_checkpoint, read_meta, restore_training, save_checkpoint
 from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
-from .recipe import Recipe
+from .recipe import SCHEDULES, Recipe
 from .tasks import Task, encode_pairs, load_task, make_batches
 
 # What a checkpoint's train_state.json carries from one train() call to the next.
@@ -59,16 +59,14 @@ def learning_rate(
     factor * d_model^-0.5 * warmup^-0.5, at `warmup`; then "inverse_sqrt" (the paper's) is
     factor * d_model^-0.5 * step^-0.5 and "linear" falls in a straight line to 0 at
     `total_steps` (the last step of the run)."""
-    step = max(step, 1)
-    if schedule == "inverse_sqrt":
-        return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
-    if schedule != "linear":
+    if schedule not in SCHEDULES:
         raise ConfigError(f"unknown schedule {schedule!r}; use inverse_sqrt or linear")
+    step = max(step, 1)
+    if schedule == "inverse_sqrt" or step <= warmup:
+        return factor * d_model**-0.5 * min(step**-0.5, step * warmup**-1.5)
     if total_steps is None:
         raise ConfigError("the linear schedule needs the run's total number of steps")
     peak = factor * (d_model * warmup) ** -0.5
-    if step <= warmup:
-        return peak * step / warmup
     return peak * max(0.0, (total_steps - step) / max(total_steps - warmup, 1))
 
 
@@ -253,14 +251,17 @@ class Trainer:
         if self.total_steps is not None:
             self.info["total_steps"] = self.total_steps
 
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        """The example indices of each batch of `epoch`, fixed by the seed and the epoch (the
+        same batches when resumed)."""
+        rng = np.random.default_rng([self.state["seed"], epoch])
+        recipe = self.recipe
+        return make_batches(self.lengths, recipe.batch_tokens, rng, recipe.bucket_noise)
+
     def count_steps(self, epochs: int) -> int:
-        """The number of steps in `epochs` epochs of this recipe's batches (the batches of each
-        epoch are fixed by the seed, so this is exact for a run that keeps its recipe)."""
-        seed, recipe = self.state["seed"], self.recipe
-        return sum(
-            len(make_batches(self.lengths, recipe.batch_tokens, rng, recipe.bucket_noise))
-            for rng in (np.random.default_rng([seed, e]) for e in range(epochs))
-        )
+        """The number of steps in `epochs` epochs of this recipe's batches (exact for a run
+        that keeps its recipe)."""
+        return sum(len(self.epoch_batches(epoch)) for epoch in range(epochs))
 
     def train_step(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[float, float]:
         """One update on src (B, S), tgt_in (B, T), tgt_out (B, T); returns the label-smoothed
@@ -290,10 +291,8 @@ class Trainer:
 
     def run_epoch(self, epoch: int, deadline: float, max_steps: int | None) -> bool:
         """Train the rest of `epoch`; True when stopped early by the deadline or max_steps."""
-        cfg, state, seed = self.model.cfg, self.state, self.state["seed"]
-        rng = np.random.default_rng([seed, epoch])  # the same batches when resumed
-        recipe = self.recipe
-        batches = make_batches(self.lengths, recipe.batch_tokens, rng, recipe.bucket_noise)
+        cfg, state = self.model.cfg, self.state
+        batches = self.epoch_batches(epoch)
         bar = tqdm(
             total=len(batches),
             initial=state["batch_in_epoch"],
