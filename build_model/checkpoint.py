@@ -22,11 +22,11 @@ killed process never leaves a half-written checkpoint under the final name.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +48,7 @@ TRAIN_TENSORS_FILE = "train_state.safetensors"
 REQUIRED_FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, TASK_FILE, TRAIN_STATE_FILE)
 
 
-@dataclass
+@dataclasses.dataclass
 class CheckpointMeta:
     """What a checkpoint says besides the weights."""
 
@@ -239,3 +239,55 @@ def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
     state = {"averaged_from": [str(p) for p in paths], "averaged_steps": steps}
     state["step"] = max((s for s in steps if isinstance(s, int)), default=None)
     return save_checkpoint(out, first, tokenizers, meta.task, state)
+
+
+def stacked_layer_map(n_old: int, n_new: int) -> list[int]:
+    """For each of `n_new` layers, the index of the trained layer it starts as.
+
+    Each trained layer is repeated in place, lower layers first when `n_new` is not a multiple
+    of `n_old`: 3 -> 6 gives [0, 0, 1, 1, 2, 2], 3 -> 4 gives [0, 0, 1, 2]."""
+    if n_new < n_old:
+        raise ConfigError(f"growing cannot drop layers ({n_old} -> {n_new})")
+    return [k * n_old // n_new for k in range(n_new)]
+
+
+def grow_checkpoint(
+    path: str | Path, out: str | Path, n_encoder_layers: int, n_decoder_layers: int
+) -> Path:
+    """Write to `out` a deeper copy of the checkpoint at `path`; return `out`.
+
+    Layer stacking (Gong et al., 2019, "Efficient training of BERT by progressively
+    stacking"): each new layer starts as a copy of a trained one (`stacked_layer_map`);
+    embeddings, positional tables and the output layer are kept. The copy does not compute the
+    same function (a post-norm layer applied twice is not the identity), so the result is a
+    starting point for `edgeseq train --init-from` with a recipe of the new depth, not a model
+    to ship. No optimizer state is written."""
+    out = Path(out)
+    if out.resolve() == Path(path).resolve():
+        raise ConfigError(f"--out {out} is the input checkpoint; choose another directory")
+    model, tokenizers, meta = load_checkpoint(path)
+    old = model.cfg
+    cfg = dataclasses.replace(
+        old, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers
+    )
+    maps = {
+        "encoder_layers.": stacked_layer_map(old.n_encoder_layers, n_encoder_layers),
+        "decoder_layers.": stacked_layer_map(old.n_decoder_layers, n_decoder_layers),
+    }
+    trained = model.state_dict()
+    grown = Seq2SeqTransformer(cfg.validate())
+    weights = {}
+    for name in grown.state_dict():
+        source = name
+        for prefix, mapping in maps.items():
+            if name.startswith(prefix):
+                index, rest = name[len(prefix) :].split(".", 1)
+                source = f"{prefix}{mapping[int(index)]}.{rest}"
+        weights[name] = trained[source].clone()
+    grown.load_state_dict(weights)
+    state = {
+        "grown_from": str(path),
+        "grown_layers": {"encoder": maps["encoder_layers."], "decoder": maps["decoder_layers."]},
+        "step": meta.train_state.get("step"),
+    }
+    return save_checkpoint(out, grown, tokenizers, meta.task, state)

@@ -21,7 +21,7 @@ from edgeseq.runtime.search import beam_search
 from edgeseq.runtime.step import StepModel
 from edgeseq.runtime.tokenizer import KINDS
 
-from .checkpoint import average_checkpoints, load_checkpoint
+from .checkpoint import average_checkpoints, grow_checkpoint, load_checkpoint
 from .evaluation import evaluate_model
 from .recipe import Recipe
 from .tasks import TASK_NAMES, load_task
@@ -271,3 +271,41 @@ def average(checkpoints: tuple[Path, ...], out: Path) -> None:
     """
     path = average_checkpoints(list(checkpoints), out)
     click.echo(f"averaged {len(checkpoints)} checkpoints -> {path}")
+
+
+@click.command()
+@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory to write.")
+@click.option(
+    "--encoder-layers",
+    type=click.IntRange(min=1),
+    required=True,
+    help="Encoder layers of the result (at least the checkpoint's).",
+)
+@click.option(
+    "--decoder-layers",
+    type=click.IntRange(min=1),
+    required=True,
+    help="Decoder layers of the result (at least the checkpoint's).",
+)
+def grow(checkpoint: Path, out: Path, encoder_layers: int, decoder_layers: int) -> None:
+    """Write a deeper copy of CHECKPOINT at --out, each new layer a copy of a trained one.
+
+    Layer stacking: 3 -> 6 layers repeats every layer once ([0, 0, 1, 1, 2, 2]); 3 -> 4
+    repeats the lowest ([0, 0, 1, 2]). The grown model scores worse than the original until it
+    is trained: continue with `edgeseq train --init-from OUT` and a recipe of the new depth.
+
+    \b
+    Example:
+      edgeseq grow models/g2p-en --out runs/g2p-44 --encoder-layers 4 --decoder-layers 4
+      edgeseq train --init-from runs/g2p-44 --recipe models/recipes/g2p-en-deeper.json \\
+        --out runs/g2p-deeper
+    """
+    path = grow_checkpoint(checkpoint, out, encoder_layers, decoder_layers)
+    model, _, meta = load_checkpoint(path)
+    layers = meta.train_state["grown_layers"]
+    click.echo(
+        f"grew {checkpoint} -> {path}: encoder layers {layers['encoder']}, "
+        f"decoder layers {layers['decoder']} ({sum(p.numel() for p in model.parameters()):,} "
+        "parameters)"
+    )
