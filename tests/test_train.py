@@ -245,7 +245,9 @@ def test_shipped_recipes_are_valid() -> None:
     assert (small.model["d_model"], small.model["n_heads"], small.model["d_ff"]) == (256, 4, 1024)
 
 
-@pytest.mark.parametrize("args", [["--help"], ["train", "--help"], ["evaluate", "--help"], ["grow", "--help"]])
+@pytest.mark.parametrize(
+    "args", [["--help"], ["train", "--help"], ["evaluate", "--help"], ["grow", "--help"]]
+)
 def test_help(args: list[str]) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
