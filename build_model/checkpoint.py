@@ -206,6 +206,25 @@ def restore_training(path: str | Path, optimizer: torch.optim.Optimizer) -> None
         torch.set_rng_state(tensors["rng.torch"])
 
 
+def _refuse_to_replace(out: Path) -> None:
+    """ConfigError unless `out` is absent, empty, or an earlier `average`/`grow` result
+    (which is replaced): a run directory or any other content is never overwritten."""
+    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+        return
+    state_file = out / TRAIN_STATE_FILE
+    if out.is_dir() and state_file.is_file() and not (out / TRAIN_TENSORS_FILE).exists():
+        try:
+            state = json.loads(state_file.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            state = {}
+        if isinstance(state, dict) and ("averaged_from" in state or "grown_from" in state):
+            return
+    raise ConfigError(
+        f"--out {out} exists and is not an earlier `edgeseq average` or `grow` result; "
+        "choose a new directory (nothing was written)"
+    )
+
+
 def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
     """Write to `out` a checkpoint whose weights are the element-wise mean of those at `paths`
     (checkpoint averaging, as in "Attention is all you need"); return `out`.
@@ -218,6 +237,7 @@ def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
     out = Path(out)
     if out.resolve() in {Path(p).resolve() for p in paths}:
         raise ConfigError(f"--out {out} is one of the inputs; choose another directory")
+    _refuse_to_replace(out)
     first, tokenizers, meta = load_checkpoint(paths[0])
     total = {k: v.double() for k, v in first.state_dict().items()}
     reference = dict(first.cfg.__dict__, dropout=None)
@@ -265,6 +285,7 @@ def grow_checkpoint(
     out = Path(out)
     if out.resolve() == Path(path).resolve():
         raise ConfigError(f"--out {out} is the input checkpoint; choose another directory")
+    _refuse_to_replace(out)
     model, tokenizers, meta = load_checkpoint(path)
     old = model.cfg
     cfg = dataclasses.replace(

@@ -301,6 +301,12 @@ def test_keep_epochs_and_average(small_reverse_task, small_recipe_factory, tmp_p
     assert not torch.equal(a["tgt_embed.weight"], b["tgt_embed.weight"])
     again = CliRunner().invoke(cli, ["average", str(kept[0]), "--out", str(tmp_path / "x")])
     assert again.exit_code != 0 and "at least two" in str(again.exception)
+    redo = CliRunner().invoke(cli, ["average", *map(str, kept), "--out", str(out)])
+    assert redo.exit_code == 0, redo.output  # an earlier average is replaced
+    before = sorted(p.name for p in (tmp_path / "run").iterdir())
+    over_run = CliRunner().invoke(cli, ["average", *map(str, kept), "--out", str(tmp_path / "run")])
+    assert over_run.exit_code != 0 and "choose a new directory" in str(over_run.exception)
+    assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
 
 
 def test_stacked_layer_map() -> None:
@@ -348,3 +354,6 @@ def test_grow_copies_trained_layers_and_trains_on(
     shrink_args += ["--encoder-layers", "1", "--decoder-layers", "1"]
     shrink = CliRunner().invoke(cli, shrink_args)
     assert shrink.exit_code != 0 and "cannot drop layers" in str(shrink.exception)
+    onto_run = CliRunner().invoke(cli, [*args[:2], "--out", str(run), *args[4:]])
+    assert onto_run.exit_code != 0 and "choose a new directory" in str(onto_run.exception)
+    assert (run / "last" / "model.safetensors").is_file()
