@@ -214,10 +214,10 @@ def _refuse_to_replace(out: Path) -> None:
     state_file = out / TRAIN_STATE_FILE
     if out.is_dir() and state_file.is_file() and not (out / TRAIN_TENSORS_FILE).exists():
         try:
-            state = json.loads(state_file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            state = _read_json(state_file)
+        except CheckpointError:
             state = {}
-        if isinstance(state, dict) and ("averaged_from" in state or "grown_from" in state):
+        if "averaged_from" in state or "grown_from" in state:
             return
     raise ConfigError(
         f"--out {out} exists and is not an earlier `edgeseq average` or `grow` result; "
