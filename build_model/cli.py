@@ -9,6 +9,7 @@ edgeseq evaluate runs/g2p/best --split test
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -189,16 +190,27 @@ def _format(metrics: dict[str, Any]) -> str:
     return ", ".join(f"{k} {metrics[k]:.4f}" for k in keys if k in metrics)
 
 
-def _beam(beam_size: int):
-    """A search callable (model, src_ids, max_new_tokens) -> best ids per row of beam search."""
+def _beam(beam_size: int, length_penalty: float = 1.0):
+    """A search callable (model, src_ids, max_new_tokens) -> best ids per row of beam search.
+
+    Finished hypotheses are ranked by logprob / length**length_penalty.
+    """
 
     def search(model: StepModel, src_ids: np.ndarray, max_new_tokens: int) -> list[list[int]]:
         """src_ids int64 (B, S) -> the best hypothesis' ids per row (no <s>, no </s>)."""
-        return [
-            list(hyps[0].tokens) for hyps in beam_search(model, src_ids, beam_size, max_new_tokens)
-        ]
+        found = beam_search(model, src_ids, beam_size, max_new_tokens, length_penalty)
+        return [list(hyps[0].tokens) for hyps in found]
 
     return search
+
+
+def _search_name(beam: int | None, length_penalty: float | None) -> str:
+    """'greedy', 'beam 4' or, with a non-default penalty, 'beam 4, length penalty 0.6'."""
+    if not beam:
+        return "greedy"
+    if length_penalty is None or length_penalty == 1.0:
+        return f"beam {beam}"
+    return f"beam {beam}, length penalty {length_penalty:g}"
 
 
 @click.command()
@@ -206,6 +218,11 @@ def _beam(beam_size: int):
 @click.option("--split", type=click.Choice(["dev", "test"]), default="test", show_default=True)
 @click.option("--limit", type=int, help="Score only the first N sources of the split.")
 @click.option("--beam", type=int, help="Beam search with this width (default: greedy).")
+@click.option(
+    "--length-penalty",
+    type=float,
+    help="With --beam: rank finished hypotheses by logprob / length**penalty [default: 1.0].",
+)
 @click.option("--batch-size", type=int, default=128, show_default=True)
 @click.option("--threads", type=int, help="torch intra-op threads.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
@@ -214,6 +231,7 @@ def evaluate(
     split: str,
     limit: int | None,
     beam: int | None,
+    length_penalty: float | None,
     batch_size: int,
     threads: int | None,
     as_json: bool,
@@ -227,19 +245,24 @@ def evaluate(
     """
     if beam is not None and beam < 1:
         raise OptionsError(f"--beam must be >= 1, got {beam}")
+    if length_penalty is not None and not beam:
+        raise OptionsError("--length-penalty ranks beam hypotheses: add --beam N")
+    if length_penalty is not None and not math.isfinite(length_penalty):
+        raise OptionsError(f"--length-penalty must be a finite number, got {length_penalty}")
     if limit is not None and limit < 1:
         raise OptionsError(f"--limit must be >= 1, got {limit}")
     if threads:
         torch.set_num_threads(threads)
     model, tokenizers, meta = load_checkpoint(checkpoint)
     task = load_task(meta.task["name"], **meta.task["options"])
-    search = _beam(beam) if beam else None
+    penalty = 1.0 if length_penalty is None else length_penalty
+    search = _beam(beam, penalty) if beam else None
     metrics = evaluate_model(model, tokenizers, task, split, limit, batch_size, search)
     result = {
         "checkpoint": str(checkpoint),
         "task": meta.task,
         "split": split,
-        "search": f"beam {beam}" if beam else "greedy",
+        "search": _search_name(beam, length_penalty),
         **metrics,
     }
     if as_json:

@@ -268,6 +268,31 @@ def test_evaluate_command_prints_metrics(trained_run) -> None:
     assert "test split, beam 2, 3 sources" in text.output and "exact_match" in text.output
 
 
+def test_evaluate_length_penalty_reaches_beam_search(trained_run, monkeypatch) -> None:
+    """--length-penalty is passed to beam_search, named in the output, and needs --beam."""
+    import edgeseq.build_model.cli as build_cli
+
+    seen: list[float] = []
+    real = build_cli.beam_search
+
+    def recording(model, src_ids, beam_size, max_new_tokens, length_penalty):
+        seen.append(length_penalty)
+        return real(model, src_ids, beam_size, max_new_tokens, length_penalty)
+
+    monkeypatch.setattr(build_cli, "beam_search", recording)
+    best = str(trained_run[0] / "best")
+    args = ["evaluate", best, "--limit", "4", "--beam", "2", "--json"]
+    result = CliRunner().invoke(cli, [*args, "--length-penalty", "0.6"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["search"] == "beam 2, length penalty 0.6"
+    assert seen and set(seen) == {0.6}
+    seen.clear()
+    default = CliRunner().invoke(cli, args)
+    assert json.loads(default.output)["search"] == "beam 2" and set(seen) == {1.0}
+    greedy = CliRunner().invoke(cli, ["evaluate", best, "--limit", "4", "--length-penalty", "0"])
+    assert greedy.exit_code != 0 and "add --beam N" in str(greedy.exception)
+
+
 def test_cli_errors_are_one_line(trained_run, capsys, tmp_path: Path) -> None:
     recipe = str(Path(__file__).parents[1] / "models/recipes/tiny.json")
     out = str(trained_run[0])
