@@ -7,7 +7,8 @@
 
 Layout of a checkpoint directory:
 
-    model.safetensors          weights (the tied output matrix is stored once)
+    model.safetensors          weights (the tied output matrix is stored once); float32, or
+                               float16 for a shipped average (loaded back as float32)
     config.json                ModelConfig, indent=2 sort_keys
     tokenizer.json             source tokenizer [+ tokenizer.target.json when not shared]
     task.json                  {"name": "g2p", "options": {"stress": true}, "format": 1}
@@ -22,6 +23,7 @@ killed process never leaves a half-written checkpoint under the final name.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import os
@@ -45,6 +47,7 @@ MODEL_FILE = "model.safetensors"
 TASK_FILE = "task.json"
 TRAIN_STATE_FILE = "train_state.json"
 TRAIN_TENSORS_FILE = "train_state.safetensors"
+WEIGHT_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 REQUIRED_FILES = (MODEL_FILE, CONFIG_FILE, TOKENIZER_FILE, TASK_FILE, TRAIN_STATE_FILE)
 
 
@@ -105,13 +108,21 @@ def save_checkpoint(
     task: dict[str, Any],
     train_state: dict[str, Any],
     optimizer: torch.optim.Optimizer | None = None,
+    weights_dtype: str = "float32",
 ) -> Path:
     """Write a checkpoint directory at `path` (replacing one there); return the path.
 
     `task` is `Task.describe()`; `train_state` is any JSON-able dict. With `optimizer`, its
-    state and the torch RNG state are saved too, so `restore_training` can resume exactly."""
+    state and the torch RNG state are saved too, so `restore_training` can resume exactly.
+    `weights_dtype` "float16" stores the weights at half the size (`load_checkpoint` reads them
+    back into a float32 model); it is for shipped checkpoints, not for resuming training."""
     path = Path(path)
+    if weights_dtype not in WEIGHT_DTYPES:
+        raise ConfigError(f"weights dtype must be one of {', '.join(WEIGHT_DTYPES)}")
     state = dict(train_state, format=CHECKPOINT_FORMAT)
+    if weights_dtype != "float32":
+        model = copy.deepcopy(model).to(WEIGHT_DTYPES[weights_dtype])
+        state["weights_dtype"] = weights_dtype
     with _atomic_directory(path) as tmp:
         save_model(model, str(tmp / MODEL_FILE), metadata={"format": str(CHECKPOINT_FORMAT)})
         model.cfg.save(tmp / CONFIG_FILE)
@@ -225,9 +236,13 @@ def _refuse_to_replace(out: Path) -> None:
     )
 
 
-def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
+def average_checkpoints(
+    paths: list[str | Path], out: str | Path, weights_dtype: str = "float32"
+) -> Path:
     """Write to `out` a checkpoint whose weights are the element-wise mean of those at `paths`
     (checkpoint averaging, as in "Attention is all you need"); return `out`.
+
+    The mean is taken in float64 and stored as `weights_dtype` ("float32" or "float16").
 
     The checkpoints must share config (dropout aside), tokenizers and task; the first one's
     config, tokenizers and task are kept. No optimizer state is written: the result is for
@@ -258,7 +273,7 @@ def average_checkpoints(paths: list[str | Path], out: str | Path) -> Path:
     steps = [read_meta(p).train_state.get("step") for p in paths]
     state = {"averaged_from": [str(p) for p in paths], "averaged_steps": steps}
     state["step"] = max((s for s in steps if isinstance(s, int)), default=None)
-    return save_checkpoint(out, first, tokenizers, meta.task, state)
+    return save_checkpoint(out, first, tokenizers, meta.task, state, weights_dtype=weights_dtype)
 
 
 def stacked_layer_map(n_old: int, n_new: int) -> list[int]:

@@ -280,7 +280,15 @@ def evaluate(
 @click.command()
 @click.argument("checkpoints", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Directory to write.")
-def average(checkpoints: tuple[Path, ...], out: Path) -> None:
+@click.option(
+    "--dtype",
+    type=click.Choice(["float32", "float16"]),
+    default="float32",
+    show_default=True,
+    help="Storage type of the averaged weights: float16 halves model.safetensors (to ship a "
+    "model under a size budget); every command loads them back as float32.",
+)
+def average(checkpoints: tuple[Path, ...], out: Path, dtype: str) -> None:
     """Average the weights of CHECKPOINTS (one run's) into a new checkpoint at --out.
 
     Averaging the last few epochs' weights, as the Transformer paper did, usually scores better
@@ -292,8 +300,9 @@ def average(checkpoints: tuple[Path, ...], out: Path) -> None:
       edgeseq average runs/g2p/epochs/* --out runs/g2p/averaged
       edgeseq evaluate runs/g2p/averaged --split dev
     """
-    path = average_checkpoints(list(checkpoints), out)
-    click.echo(f"averaged {len(checkpoints)} checkpoints -> {path}")
+    path = average_checkpoints(list(checkpoints), out, weights_dtype=dtype)
+    stored = "" if dtype == "float32" else f" (weights stored as {dtype})"
+    click.echo(f"averaged {len(checkpoints)} checkpoints -> {path}{stored}")
 
 
 @click.command()

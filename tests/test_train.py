@@ -332,6 +332,22 @@ def test_keep_epochs_and_average(small_reverse_task, small_recipe_factory, tmp_p
     over_run = CliRunner().invoke(cli, ["average", *map(str, kept), "--out", str(tmp_path / "run")])
     assert over_run.exit_code != 0 and "choose a new directory" in str(over_run.exception)
     assert sorted(p.name for p in (tmp_path / "run").iterdir()) == before
+    half = tmp_path / "avg16"
+    result = CliRunner().invoke(
+        cli, ["average", *map(str, kept), "--out", str(half), "--dtype", "float16"]
+    )
+    assert result.exit_code == 0 and "stored as float16" in result.output, result.output
+    with safe_open(str(half / "model.safetensors"), "pt") as f:
+        names = list(f.keys())
+        assert {f.get_tensor(k).dtype for k in names} == {torch.float16}
+    size = (out / "model.safetensors").stat().st_size
+    assert (half / "model.safetensors").stat().st_size < 0.55 * size
+    model16, _, meta16 = load_checkpoint(half)
+    assert meta16.train_state["weights_dtype"] == "float16"
+    full = averaged.state_dict()
+    for name, value in model16.state_dict().items():
+        assert value.dtype == torch.float32, name
+        torch.testing.assert_close(value, full[name].half().float(), rtol=0, atol=0, msg=name)
 
 
 def test_stacked_layer_map() -> None:
