@@ -6,11 +6,12 @@
     check_parity(report)                            # ParityError carrying the report
 
 Three levels, each reported with its numbers:
-1. per graph: every output vs PyTorch over batch x src_len x past_len x new_len grids;
-2. per step: decoder logits along a greedy decode vs PyTorch's cached `decode_step` (within
-   the tolerance) and its uncached full `decode` of the same tokens (within the tolerance
-   plus PyTorch's own cached-vs-uncached difference: the two orders of summation differ by
-   ~1e-4 on a trained model's logits, in PyTorch too);
+1. per graph: every output vs PyTorch over batch x src_len x past_len x new_len grids, the
+   decoder fed cross and past K/V that PyTorch computed from random ids;
+2. per step: decoder logits along a greedy decode, each row up to its `</s>`, vs PyTorch's
+   cached `decode_step` (within the tolerance) and its uncached full `decode` of the same
+   tokens (within the tolerance plus PyTorch's own cached-vs-uncached difference: the two
+   orders of summation differ slightly, in PyTorch too);
 3. end to end: greedy sequences of `OrtStep` and `TorchStep` driven by the same
    `greedy_search`; a mismatch is reported with its first divergent step and top-2 logits.
 """
@@ -108,6 +109,45 @@ def _random_mask(rng: np.random.Generator, batch: int, length: int) -> np.ndarra
 
 
 # -- level 1 ---------------------------------------------------------------------------------
+def _decoder_feeds(
+    model: Seq2SeqTransformer,
+    rng: np.random.Generator,
+    batch: int,
+    src_len: int,
+    past_len: int,
+    new_len: int,
+) -> dict[str, np.ndarray]:
+    """Decoder-graph inputs for one level-1 case, as the model itself would produce them.
+
+    Random source ids (rows padded to random lengths) give the cross K/V through PyTorch's
+    encoder; random target ids, fed through PyTorch's decoder from an empty cache, give the
+    past K/V (past_len 0: an empty cache); then new_len random target ids. Unit-normal K/V
+    would be out of the model's range: a trained model's queries against them give Q·Kᵀ in
+    the thousands, where onnxruntime's and PyTorch's fp32 roundings differ by more than the
+    tolerance with no error in the graph."""
+    cfg, first = model.cfg, len(C.SPECIAL_TOKENS)
+    keep = _random_mask(rng, batch, src_len)
+    src = np.where(keep, rng.integers(first, cfg.src_vocab_size, (batch, src_len)), cfg.pad_id)
+    prefix = rng.integers(first, cfg.tgt_vocab_size, (batch, past_len))
+    with torch.no_grad():
+        keep_t = torch.from_numpy(keep)
+        memory = model.encode(torch.from_numpy(src), keep_t)
+        cross_k, cross_v = model.cross_kv(memory)
+        past_k, past_v = model.empty_cache(batch, memory)
+        if past_len:
+            _, past_k, past_v = model.decode_step(
+                torch.from_numpy(prefix), past_k, past_v, cross_k, cross_v, keep_t
+            )
+    return {
+        C.INPUT_IDS: rng.integers(first, cfg.tgt_vocab_size, (batch, new_len)),
+        C.PAST_K: past_k.numpy(),
+        C.PAST_V: past_v.numpy(),
+        C.CROSS_K: cross_k.numpy(),
+        C.CROSS_V: cross_v.numpy(),
+        C.SRC_MASK: keep,
+    }
+
+
 def level1_graphs(model: Seq2SeqTransformer, engine: OrtStep, seed: int = 0) -> dict[str, Any]:
     """Every output of both graphs vs PyTorch over the LEVEL1_* grids (max |Δ| per output)."""
     cfg, rng = model.cfg, np.random.default_rng(seed)
@@ -132,21 +172,10 @@ def level1_graphs(model: Seq2SeqTransformer, engine: OrtStep, seed: int = 0) -> 
                 worst_case[name] = {"batch": batch, "src_len": src_len}
         encoder_cases += 1
     grid = itertools.product(LEVEL1_BATCHES, LEVEL1_SRC_LENS, LEVEL1_PAST_LENS, LEVEL1_NEW_LENS)
-
-    def shape(batch: int, length: int) -> tuple[int, ...]:  # (L, B, H, length, dh)
-        return (cfg.n_decoder_layers, batch, cfg.n_heads, length, cfg.d_head)
-
     for batch, src_len, past_len, new_len in grid:
         if src_len > cfg.max_len or past_len + new_len > cfg.max_len:
             continue
-        feeds = {
-            C.INPUT_IDS: rng.integers(first, cfg.tgt_vocab_size, (batch, new_len)),
-            C.PAST_K: rng.standard_normal(shape(batch, past_len), dtype=np.float32),
-            C.PAST_V: rng.standard_normal(shape(batch, past_len), dtype=np.float32),
-            C.CROSS_K: rng.standard_normal(shape(batch, src_len), dtype=np.float32),
-            C.CROSS_V: rng.standard_normal(shape(batch, src_len), dtype=np.float32),
-            C.SRC_MASK: _random_mask(rng, batch, src_len),
-        }
+        feeds = _decoder_feeds(model, rng, batch, src_len, past_len, new_len)
         with torch.no_grad():
             args = [torch.from_numpy(feeds[name]) for name in C.DECODER_INPUTS]
             expected = model.decode_step(*args)
@@ -176,18 +205,24 @@ def level2_steps(
     model: Seq2SeqTransformer, engine: OrtStep, sources: Sequence[Sequence[int]]
 ) -> dict[str, Any]:
     """Decoder logits at every step of one greedy decode (driven by onnxruntime's arg-max,
-    `<pad>` excluded so the uncached decode sees no padding) vs PyTorch cached and uncached."""
+    `<pad>` excluded so the uncached decode sees no padding) vs PyTorch cached and uncached.
+
+    A row's steps count up to the one whose logits chose its `</s>`: after that, the search
+    ignores the row, and the states past the end are ones the model was never trained on."""
     cfg = model.cfg
     src = _padded(sources[:LEVEL2_ROWS], cfg.pad_id)
+    rows = src.shape[0]
     steps = min(LEVEL2_MAX_STEPS, cfg.max_len)
     state = engine.start(src)
+    live = np.ones((rows, 0), dtype=bool)  # (B, steps run): the row had not ended before
     with torch.no_grad():
         src_t = torch.from_numpy(src)
         keep = model.source_keep(src_t)
         memory = model.encode(src_t, keep)
         cross_k, cross_v = model.cross_kv(memory)
-        past_k, past_v = model.empty_cache(src.shape[0], memory)
-        tokens = np.full((src.shape[0], 1), cfg.bos_id, dtype=np.int64)
+        past_k, past_v = model.empty_cache(rows, memory)
+        tokens = np.full((rows, 1), cfg.bos_id, dtype=np.int64)
+        ended = np.zeros(rows, dtype=bool)
         ort_steps, cached_diffs, torch_steps = [], [], []
         for _ in range(steps):
             last = tokens[:, -1:]
@@ -195,22 +230,30 @@ def level2_steps(
             torch_logits, past_k, past_v = model.decode_step(
                 torch.from_numpy(last), past_k, past_v, cross_k, cross_v, keep
             )
-            cached_diffs.append(_max_diff(torch_logits.numpy(), ort_logits))
+            rows_live = ~ended
+            live = np.concatenate([live, rows_live[:, None]], axis=1)
+            cached_diffs.append(_max_diff(torch_logits.numpy()[rows_live], ort_logits[rows_live]))
             torch_steps.append(torch_logits.numpy()[:, 0])
             ort_steps.append(ort_logits[:, 0])
             choice = ort_logits[:, -1].copy()
             choice[:, cfg.pad_id] = -np.inf
-            tokens = np.concatenate([tokens, choice.argmax(-1)[:, None]], axis=1)
-        fed = torch.from_numpy(tokens[:, :steps])  # <s> and the first steps-1 choices
-        uncached = model.decode(fed, memory, keep).numpy()  # (B, steps, V)
-    ort_all = np.stack(ort_steps, axis=1)  # (B, steps, V)
+            chosen = choice.argmax(-1)
+            tokens = np.concatenate([tokens, chosen[:, None]], axis=1)
+            ended |= chosen == cfg.eos_id
+            if ended.all():
+                break
+        run = len(ort_steps)
+        fed = torch.from_numpy(tokens[:, :run])  # <s> and the first run-1 choices
+        uncached = model.decode(fed, memory, keep).numpy()[live]  # (live steps, V)
+    ort_all = np.stack(ort_steps, axis=1)[live]  # (live steps, V)
     max_cached, max_uncached = max(cached_diffs), _max_diff(uncached, ort_all)
-    torch_drift = _max_diff(uncached, np.stack(torch_steps, axis=1))
+    torch_drift = _max_diff(uncached, np.stack(torch_steps, axis=1)[live])
     uncached_bound = TOLERANCE_FP32 + torch_drift
     return {
         "passed": max_cached <= TOLERANCE_FP32 and max_uncached <= uncached_bound,
-        "rows": int(src.shape[0]),
-        "steps": steps,
+        "rows": int(rows),
+        "steps": run,
+        "live_steps": int(live.sum()),
         "max_abs_diff_cached": max_cached,
         "max_abs_diff_uncached": max_uncached,
         "torch_cached_vs_uncached": torch_drift,

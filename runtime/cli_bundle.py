@@ -49,6 +49,8 @@ def format_parity(report: dict[str, Any]) -> str:
             rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
     level2 = report["level2"]
     size = f"{level2['rows']} rows x {level2['steps']} steps"
+    if "live_steps" in level2:  # a row's steps end at its </s> (older manifests: all steps)
+        size = f"{level2['rows']} rows, {level2['live_steps']} steps to </s>"
     diff = level2["max_abs_diff_cached"]
     rows.append(("2", f"step logits vs cached torch ({size})", f"{diff:.1e}", ok(diff <= tol)))
     diff, bound = level2["max_abs_diff_uncached"], level2.get("uncached_bound", tol)

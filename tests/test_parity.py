@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -11,6 +12,7 @@ from edgeseq.export.verify import (
     LEVEL3_BEAM_INPUTS,
     LEVEL3_MIN_INPUTS,
     TOLERANCE_FP32,
+    _decoder_feeds,
     check_parity,
     format_report,
     open_engine,
@@ -33,6 +35,7 @@ def test_export_report_passes_all_three_levels(export_case) -> None:
     assert max(level1["max_abs_diff"].values()) <= TOLERANCE_FP32
     assert level1["encoder_cases"] == 6 and level1["decoder_cases"] == 36  # batch 1/3 ...
     assert level2["steps"] >= 20 and level2["max_abs_diff_cached"] <= TOLERANCE_FP32
+    assert 0 < level2["live_steps"] <= level2["rows"] * level2["steps"]
     drift = level2["torch_cached_vs_uncached"]
     assert level2["uncached_bound"] == pytest.approx(TOLERANCE_FP32 + drift)
     assert level2["max_abs_diff_uncached"] <= level2["uncached_bound"]
@@ -85,3 +88,18 @@ def test_a_level3_mismatch_names_the_first_divergent_step(export_case) -> None:
     assert level3["beam"]["identical"] == 0 and level3["beam"]["mismatches"][0]["index"] == 0
     with pytest.raises(ParityError, match=r"level 3 0/10 .* first differs at step 0"):
         check_parity(report)
+
+
+@pytest.mark.parametrize("past_len", [0, 9])
+def test_level1_decoder_feeds_are_states_the_model_makes(export_case, past_len: int) -> None:
+    """Cross/past K/V come from PyTorch's own encoder and decoder: shapes, dtypes, a mask
+    whose first row and column are real."""
+    model, cfg = export_case.model, export_case.model.cfg
+    feeds = _decoder_feeds(model, np.random.default_rng(3), 3, 7, past_len, 4)
+    shape = (cfg.n_decoder_layers, 3, cfg.n_heads, past_len, cfg.d_head)
+    assert feeds[C.PAST_K].shape == feeds[C.PAST_V].shape == shape
+    assert feeds[C.CROSS_K].shape == (cfg.n_decoder_layers, 3, cfg.n_heads, 7, cfg.d_head)
+    assert feeds[C.PAST_K].dtype == np.float32 and feeds[C.INPUT_IDS].dtype == np.int64
+    mask = feeds[C.SRC_MASK]
+    assert mask.dtype == bool and mask.shape == (3, 7) and mask[0].all() and mask[:, 0].all()
+    assert np.isfinite(feeds[C.CROSS_K]).all() and np.abs(feeds[C.CROSS_K]).max() > 0
