@@ -49,6 +49,7 @@ def test_session_options() -> None:
     options = session_options()
     assert options.intra_op_num_threads == default_threads() >= 1
     assert session_options(threads=1, optimization="basic").intra_op_num_threads == 1
+    assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
     with pytest.raises(ProviderError, match="threads must be a positive integer, got 0"):
         session_options(threads=0)
     with pytest.raises(ProviderError, match="unknown graph optimization level 'max'; choose"):
