@@ -242,13 +242,15 @@ def average_checkpoints(
     """Write to `out` a checkpoint whose weights are the element-wise mean of those at `paths`
     (checkpoint averaging, as in "Attention is all you need"); return `out`.
 
-    The mean is taken in float64 and stored as `weights_dtype` ("float32" or "float16").
+    The mean is taken in float64 and stored as `weights_dtype` ("float32" or "float16"). With
+    one checkpoint the result is its weights alone, without optimizer state: with "float16",
+    a half-size copy for shipping.
 
     The checkpoints must share config (dropout aside), tokenizers and task; the first one's
     config, tokenizers and task are kept. No optimizer state is written: the result is for
     evaluation and export, or for `edgeseq train --init-from`."""
-    if len(paths) < 2:
-        raise ConfigError("averaging needs at least two checkpoints")
+    if not paths:
+        raise ConfigError("averaging needs at least one checkpoint")
     out = Path(out)
     if out.resolve() in {Path(p).resolve() for p in paths}:
         raise ConfigError(f"--out {out} is one of the inputs; choose another directory")

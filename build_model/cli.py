@@ -295,14 +295,18 @@ def average(checkpoints: tuple[Path, ...], out: Path, dtype: str) -> None:
     than any one of them. `edgeseq train` keeps the last `keep_epochs` epochs of a run
     (a recipe field) under OUT/epochs/ for this.
 
+    With one checkpoint and --dtype float16 it writes a half-size copy of its weights.
+
     \b
     Example:
       edgeseq average runs/g2p/epochs/* --out runs/g2p/averaged
       edgeseq evaluate runs/g2p/averaged --split dev
+      edgeseq average runs/g2p/epochs/040 --out runs/g2p/ship --dtype float16
     """
     path = average_checkpoints(list(checkpoints), out, weights_dtype=dtype)
     stored = "" if dtype == "float32" else f" (weights stored as {dtype})"
-    click.echo(f"averaged {len(checkpoints)} checkpoints -> {path}{stored}")
+    count = f"{len(checkpoints)} checkpoint{'s' if len(checkpoints) > 1 else ''}"
+    click.echo(f"averaged {count} -> {path}{stored}")
 
 
 @click.command()

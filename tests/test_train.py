@@ -324,8 +324,14 @@ def test_keep_epochs_and_average(small_reverse_task, small_recipe_factory, tmp_p
     for name, value in averaged.state_dict().items():
         torch.testing.assert_close(value, (a[name] + b[name]) / 2, msg=name)
     assert not torch.equal(a["tgt_embed.weight"], b["tgt_embed.weight"])
-    again = CliRunner().invoke(cli, ["average", str(kept[0]), "--out", str(tmp_path / "x")])
-    assert again.exit_code != 0 and "at least two" in str(again.exception)
+    alone = CliRunner().invoke(
+        cli, ["average", str(kept[1]), "--out", str(tmp_path / "x"), "--dtype", "float16"]
+    )
+    assert alone.exit_code == 0, alone.output  # one checkpoint: a half-size copy
+    for name, value in load_checkpoint(tmp_path / "x")[0].state_dict().items():
+        torch.testing.assert_close(value, b[name].half().float(), rtol=0, atol=0, msg=name)
+    none = CliRunner().invoke(cli, ["average", "--out", str(tmp_path / "y")])
+    assert none.exit_code != 0 and not (tmp_path / "y").exists()
     redo = CliRunner().invoke(cli, ["average", *map(str, kept), "--out", str(out)])
     assert redo.exit_code == 0, redo.output  # an earlier average is replaced
     before = sorted(p.name for p in (tmp_path / "run").iterdir())
