@@ -18,5 +18,6 @@ echo "-- beam search (4 beams, 2 best) for one word"
 edgeseq generate "$BUNDLE" --provider cpu --beam 4 --n-best 2 --json quokkaesque
 
 echo
-echo "== 3/3 bench: PyTorch eager vs onnxruntime fp32 / int8, 1 thread, g2p test words"
-edgeseq bench "$BUNDLE" --checkpoint "$MODEL" --inputs 64 --repeats 3 --threads 1
+echo "== 3/3 bench: PyTorch eager vs onnxruntime fp32 / int8, 1 thread, g2p test words, 3 rounds"
+# Three rounds, alternating the engines' order: one round on a shared machine can be off by 1.5x.
+edgeseq bench "$BUNDLE" --checkpoint "$MODEL" --inputs 64 --repeats 3 --rounds 3 --threads 1
