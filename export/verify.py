@@ -214,7 +214,6 @@ def level2_steps(
     rows = src.shape[0]
     steps = min(LEVEL2_MAX_STEPS, cfg.max_len)
     state = engine.start(src)
-    live = np.ones((rows, 0), dtype=bool)  # (B, steps run): the row had not ended before
     with torch.no_grad():
         src_t = torch.from_numpy(src)
         keep = model.source_keep(src_t)
@@ -223,7 +222,7 @@ def level2_steps(
         past_k, past_v = model.empty_cache(rows, memory)
         tokens = np.full((rows, 1), cfg.bos_id, dtype=np.int64)
         ended = np.zeros(rows, dtype=bool)
-        ort_steps, cached_diffs, torch_steps = [], [], []
+        ort_steps, cached_diffs, torch_steps, live_steps = [], [], [], []
         for _ in range(steps):
             last = tokens[:, -1:]
             ort_logits, state = engine.step(state, last)  # (B, 1, V)
@@ -231,7 +230,7 @@ def level2_steps(
                 torch.from_numpy(last), past_k, past_v, cross_k, cross_v, keep
             )
             rows_live = ~ended
-            live = np.concatenate([live, rows_live[:, None]], axis=1)
+            live_steps.append(rows_live)
             cached_diffs.append(_max_diff(torch_logits.numpy()[rows_live], ort_logits[rows_live]))
             torch_steps.append(torch_logits.numpy()[:, 0])
             ort_steps.append(ort_logits[:, 0])
@@ -243,6 +242,7 @@ def level2_steps(
             if ended.all():
                 break
         run = len(ort_steps)
+        live = np.stack(live_steps, axis=1)  # (B, run): the row had not ended before the step
         fed = torch.from_numpy(tokens[:, :run])  # <s> and the first run-1 choices
         uncached = model.decode(fed, memory, keep).numpy()[live]  # (live steps, V)
     ort_all = np.stack(ort_steps, axis=1)[live]  # (live steps, V)
