@@ -215,7 +215,13 @@ def _search_name(beam: int | None, length_penalty: float | None) -> str:
 
 @click.command()
 @click.argument("checkpoint", type=click.Path(path_type=Path))
-@click.option("--split", type=click.Choice(["dev", "test"]), default="test", show_default=True)
+@click.option(
+    "--split",
+    type=click.Choice(["train", "dev", "test"]),
+    default="test",
+    show_default=True,
+    help="train: how well the model fits the words it learned from (with --limit: the first N).",
+)
 @click.option("--limit", type=int, help="Score only the first N sources of the split.")
 @click.option("--beam", type=int, help="Beam search with this width (default: greedy).")
 @click.option(
@@ -236,7 +242,7 @@ def evaluate(
     threads: int | None,
     as_json: bool,
 ) -> None:
-    """Score CHECKPOINT on its task's dev or test split: exact match, WER, PER.
+    """Score CHECKPOINT on its task's train, dev or test split: exact match, WER, PER.
 
     The task (and options such as --no-stress) are read from CHECKPOINT/task.json. A source
     counts as correct when the output equals any of its references (G2P words with several

@@ -268,6 +268,17 @@ def test_evaluate_command_prints_metrics(trained_run) -> None:
     assert "test split, beam 2, 3 sources" in text.output and "exact_match" in text.output
 
 
+def test_evaluate_scores_the_training_split_too(trained_run) -> None:
+    """--split train measures the fit on the words the model learned from."""
+    best = str(trained_run[0] / "best")
+    result = CliRunner().invoke(
+        cli, ["evaluate", best, "--split", "train", "--limit", "6", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    metrics = json.loads(result.output)
+    assert metrics["split"] == "train" and metrics["count"] == 6
+
+
 def test_evaluate_length_penalty_reaches_beam_search(trained_run, monkeypatch) -> None:
     """--length-penalty is passed to beam_search, named in the output, and needs --beam."""
     import edgeseq.build_model.cli as build_cli
