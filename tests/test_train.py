@@ -268,15 +268,15 @@ def test_evaluate_command_prints_metrics(trained_run) -> None:
     assert "test split, beam 2, 3 sources" in text.output and "exact_match" in text.output
 
 
-def test_evaluate_scores_the_training_split_too(trained_run) -> None:
-    """--split train measures the fit on the words the model learned from."""
+def test_evaluate_scores_the_training_split_too(trained_run, small_reverse_task) -> None:
+    """--split train scores every source of the training split, not of another split."""
     best = str(trained_run[0] / "best")
-    result = CliRunner().invoke(
-        cli, ["evaluate", best, "--split", "train", "--limit", "6", "--json"]
-    )
+    result = CliRunner().invoke(cli, ["evaluate", best, "--split", "train", "--json"])
     assert result.exit_code == 0, result.output
     metrics = json.loads(result.output)
-    assert metrics["split"] == "train" and metrics["count"] == 6
+    train_sources = len(small_reverse_task.references("train"))
+    assert train_sources != len(small_reverse_task.references("dev"))
+    assert metrics["split"] == "train" and metrics["count"] == train_sources
 
 
 def test_evaluate_length_penalty_reaches_beam_search(trained_run, monkeypatch) -> None:
