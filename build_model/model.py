@@ -3,7 +3,7 @@
     model = Seq2SeqTransformer(ModelConfig(src_vocab_size=40, tgt_vocab_size=80))
     memory = model.encode(src_ids)                          # (B, S, D)
     logits = model.decode(tgt_in, memory, src_keep)         # (B, T, V), training, uncached
-    cross_k, cross_v = model.cross_kv(memory)               # (L, B, H, S, dh) each, once
+    cross_k, cross_v = model.cross_kv(memory)               # L-tuples of (B, H, S, dh), once
     logits, k, v = model.decode_step(ids, past_k, past_v, cross_k, cross_v, src_keep)
 
 Masks are boolean "keep" tensors: True where attention may look (a real token, or a position
@@ -13,6 +13,7 @@ not in the future). Sources end with `</s>`; targets start with `<s>`.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn
@@ -20,6 +21,8 @@ from torch.nn import functional as F
 
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import InputTooLongError
+
+Cache = tuple[Tensor, ...]  # one (B, H, T, dh) tensor per decoder layer
 
 
 def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
@@ -242,35 +245,37 @@ class Seq2SeqTransformer(nn.Module):
             x = layer(x, keep)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
 
-    def cross_kv(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """memory (B, S, D) -> cross-attention K and V of every decoder layer, (L, B, H, S, dh)."""
+    def cross_kv(self, memory: Tensor) -> tuple[Cache, Cache]:
+        """memory (B, S, D) -> cross-attention K and V of each decoder layer: two L-tuples of
+        (B, H, S, dh)."""
         pairs = [layer.cross_attn.project_kv(memory) for layer in self.decoder_layers]
-        return torch.stack([k for k, _ in pairs]), torch.stack([v for _, v in pairs])
+        return tuple(k for k, _ in pairs), tuple(v for _, v in pairs)
 
     # -- decoder ----------------------------------------------------------------------------
-    def empty_cache(self, batch: int, like: Tensor) -> tuple[Tensor, Tensor]:
-        """An empty self-attention cache: two (L, B, H, 0, dh) tensors."""
+    def empty_cache(self, batch: int, like: Tensor) -> tuple[Cache, Cache]:
+        """An empty self-attention cache: two L-tuples of (B, H, 0, dh) tensors."""
         cfg = self.cfg
-        shape = (cfg.n_decoder_layers, batch, cfg.n_heads, 0, cfg.d_head)
-        return like.new_zeros(shape), like.new_zeros(shape)
+        empty = like.new_zeros((batch, cfg.n_heads, 0, cfg.d_head))
+        return (empty,) * cfg.n_decoder_layers, (empty,) * cfg.n_decoder_layers
 
     def decode_step(
         self,
         input_ids: Tensor,
-        past_k: Tensor,
-        past_v: Tensor,
-        cross_k: Tensor,
-        cross_v: Tensor,
+        past_k: Sequence[Tensor],
+        past_v: Sequence[Tensor],
+        cross_k: Sequence[Tensor],
+        cross_v: Sequence[Tensor],
         src_keep: Tensor,
         tgt_keep: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """One incremental step.
+    ) -> tuple[Tensor, Cache, Cache]:
+        """One incremental step. K/V come as one tensor per decoder layer (L of each).
 
-        input_ids (B, N) int64 at positions P..P+N-1, past_k/past_v (L, B, H, P, dh),
-        cross_k/cross_v (L, B, H, S, dh), src_keep (B, S) bool, optional tgt_keep (B, P+N)
-        bool hiding padded target positions -> logits (B, N, V), present_k/v (L, B, H, P+N, dh).
+        input_ids (B, N) int64 at positions P..P+N-1, past_k/past_v (B, H, P, dh) each,
+        cross_k/cross_v (B, H, S, dh) each, src_keep (B, S) bool, optional tgt_keep (B, P+N)
+        bool hiding padded target positions -> logits (B, N, V), present_k/v: L-tuples of
+        (B, H, P+N, dh).
         """
-        past_len, new_len = past_k.shape[3], input_ids.shape[1]
+        past_len, new_len = past_k[0].shape[2], input_ids.shape[1]
         x = self.dropout(self.tgt_pos(self.tgt_embed(input_ids), offset=past_len))
         q_pos = torch.arange(new_len, device=input_ids.device) + past_len  # (N,)
         k_pos = torch.arange(past_len + new_len, device=input_ids.device)  # (P+N,)
@@ -285,7 +290,7 @@ class Seq2SeqTransformer(nn.Module):
             present_v.append(v)
         if self.decoder_norm is not None:
             x = self.decoder_norm(x)
-        return self.output(x), torch.stack(present_k), torch.stack(present_v)
+        return self.output(x), tuple(present_k), tuple(present_v)
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_keep: Tensor) -> Tensor:
         """Full (uncached) decode for training: tgt_ids (B, T), memory (B, S, D) -> (B, T, V)."""

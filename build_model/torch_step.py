@@ -14,18 +14,18 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .model import Seq2SeqTransformer
+from .model import Cache, Seq2SeqTransformer
 
 
 @dataclass
 class TorchState:
-    """Decoder state: cross K/V (L, B, H, S, dh), src_keep (B, S), cache (L, B, H, P, dh)."""
+    """Decoder state: cross K/V and cache, L-tuples of (B, H, S or P, dh); src_keep (B, S)."""
 
-    cross_k: Tensor
-    cross_v: Tensor
+    cross_k: Cache
+    cross_v: Cache
     src_keep: Tensor
-    past_k: Tensor
-    past_v: Tensor
+    past_k: Cache
+    past_v: Cache
 
     @property
     def batch(self) -> int:
@@ -35,7 +35,7 @@ class TorchState:
     @property
     def past_len(self) -> int:
         """Target positions already cached."""
-        return int(self.past_k.shape[3])
+        return int(self.past_k[0].shape[2])
 
 
 class TorchStep:
@@ -71,10 +71,14 @@ class TorchStep:
     def select(self, state: TorchState, rows: np.ndarray) -> TorchState:
         """Gather batch rows (int64 (B',), may repeat) of every tensor in the state."""
         idx = torch.as_tensor(np.asarray(rows, dtype=np.int64), device=self.device)
+
+        def take(tensors: Cache) -> Cache:
+            return tuple(t.index_select(0, idx) for t in tensors)
+
         return TorchState(
-            state.cross_k.index_select(1, idx),
-            state.cross_v.index_select(1, idx),
+            take(state.cross_k),
+            take(state.cross_v),
             state.src_keep.index_select(0, idx),
-            state.past_k.index_select(1, idx),
-            state.past_v.index_select(1, idx),
+            take(state.past_k),
+            take(state.past_v),
         )

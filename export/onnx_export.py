@@ -121,8 +121,8 @@ def _dims(cfg: ModelConfig) -> dict[str, Dim]:
 
 def _export(
     module: torch.nn.Module,
-    args: tuple[torch.Tensor, ...],
-    dynamic_shapes: dict[str, dict[int, Dim]],
+    args: tuple[Any, ...],
+    dynamic_shapes: dict[str, Any],
     input_names: tuple[str, ...],
     output_names: tuple[str, ...],
     opset: int | None,
@@ -192,8 +192,8 @@ def finish_graph(
 
 def _run(
     module: torch.nn.Module,
-    args: tuple[torch.Tensor, ...],
-    dynamic_shapes: dict[str, dict[int, Dim]],
+    args: tuple[Any, ...],
+    dynamic_shapes: dict[str, Any],
     names: tuple[tuple[str, ...], tuple[str, ...]],
     cfg: ModelConfig,
     graph: str,
@@ -216,21 +216,26 @@ def export_encoder(
     batch, src_len = EXAMPLE_SIZE[C.BATCH], EXAMPLE_SIZE[C.SRC_LEN]
     src_ids = torch.randint(len(C.SPECIAL_TOKENS), cfg.src_vocab_size, (batch, src_len))
     dynamic = {C.SRC_IDS: {0: dims[C.BATCH], 1: dims[C.SRC_LEN]}}
-    names = (C.ENCODER_INPUTS, C.ENCODER_OUTPUTS)
+    names = (C.ENCODER_INPUTS, C.encoder_outputs(cfg.n_decoder_layers))
     return _run(OnnxEncoder(model), (src_ids,), dynamic, names, cfg, "encoder", path, opset)
 
 
-def decoder_example(cfg: ModelConfig) -> tuple[torch.Tensor, ...]:
-    """Example inputs of the decoder step, every dynamic axis of size >= 2."""
+def decoder_example(cfg: ModelConfig) -> tuple[Any, ...]:
+    """Example inputs of the decoder step (`OnnxDecoderStep.forward`'s arguments: K/V as
+    L-tuples), every dynamic axis of size >= 2."""
     batch, src_len = EXAMPLE_SIZE[C.BATCH], EXAMPLE_SIZE[C.SRC_LEN]
     past_len, new_len = EXAMPLE_SIZE[C.PAST_LEN], EXAMPLE_SIZE[C.NEW_LEN]
     layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
+
+    def per_layer(length: int) -> tuple[torch.Tensor, ...]:
+        return tuple(torch.randn(batch, heads, length, d_head) for _ in range(layers))
+
     return (
         torch.randint(len(C.SPECIAL_TOKENS), cfg.tgt_vocab_size, (batch, new_len)),
-        torch.randn(layers, batch, heads, past_len, d_head),
-        torch.randn(layers, batch, heads, past_len, d_head),
-        torch.randn(layers, batch, heads, src_len, d_head),
-        torch.randn(layers, batch, heads, src_len, d_head),
+        per_layer(past_len),
+        per_layer(past_len),
+        per_layer(src_len),
+        per_layer(src_len),
         torch.ones(batch, src_len, dtype=torch.bool),
     )
 
@@ -239,18 +244,19 @@ def export_decoder(
     model: Seq2SeqTransformer, path: str | Path, opset: int | None = None
 ) -> GraphInfo:
     """Write the decoder-step graph (see `OnnxDecoderStep`) to `path`."""
-    dims = _dims(model.cfg)
+    cfg, dims = model.cfg, _dims(model.cfg)
     batch, src_len, past_len = dims[C.BATCH], dims[C.SRC_LEN], dims[C.PAST_LEN]
-    cache = {1: batch, 3: past_len}
-    cross = {1: batch, 3: src_len}
-    dynamic = {
-        C.INPUT_IDS: {0: batch, 1: dims[C.NEW_LEN]},
-        C.PAST_K: cache,
-        C.PAST_V: cache,
-        C.CROSS_K: cross,
-        C.CROSS_V: cross,
-        C.SRC_MASK: {0: batch, 1: src_len},
+    layers = cfg.n_decoder_layers
+    cache = ({0: batch, 2: past_len},) * layers
+    cross = ({0: batch, 2: src_len},) * layers
+    dynamic = {  # keyed by OnnxDecoderStep.forward's parameter names
+        "input_ids": {0: batch, 1: dims[C.NEW_LEN]},
+        "past_k": cache,
+        "past_v": cache,
+        "cross_k": cross,
+        "cross_v": cross,
+        "src_mask": {0: batch, 1: src_len},
     }
-    args = decoder_example(model.cfg)
-    names = (C.DECODER_INPUTS, C.DECODER_OUTPUTS)
-    return _run(OnnxDecoderStep(model), args, dynamic, names, model.cfg, "decoder", path, opset)
+    args = decoder_example(cfg)
+    names = (C.decoder_inputs(layers), C.decoder_outputs(layers))
+    return _run(OnnxDecoderStep(model), args, dynamic, names, cfg, "decoder", path, opset)

@@ -138,23 +138,44 @@ def _decoder_feeds(
             _, past_k, past_v = model.decode_step(
                 torch.from_numpy(prefix), past_k, past_v, cross_k, cross_v, keep_t
             )
-    return {
-        C.INPUT_IDS: rng.integers(first, cfg.tgt_vocab_size, (batch, new_len)),
-        C.PAST_K: past_k.numpy(),
-        C.PAST_V: past_v.numpy(),
-        C.CROSS_K: cross_k.numpy(),
-        C.CROSS_V: cross_v.numpy(),
-        C.SRC_MASK: keep,
-    }
+    feeds = {C.INPUT_IDS: rng.integers(first, cfg.tgt_vocab_size, (batch, new_len))}
+    layers = cfg.n_decoder_layers
+    for family, tensors in (
+        (C.PAST_K, past_k),
+        (C.PAST_V, past_v),
+        (C.CROSS_K, cross_k),
+        (C.CROSS_V, cross_v),
+    ):
+        feeds.update(zip(C.layer_names(family, layers), (t.numpy() for t in tensors), strict=True))
+    feeds[C.SRC_MASK] = keep
+    return feeds
+
+
+def _decoder_args(feeds: dict[str, np.ndarray], layers: int) -> list[Any]:
+    """`Seq2SeqTransformer.decode_step`'s arguments from decoder-graph feeds."""
+    args: list[Any] = [torch.from_numpy(feeds[C.INPUT_IDS])]
+    for family in (C.PAST_K, C.PAST_V, C.CROSS_K, C.CROSS_V):
+        args.append(tuple(torch.from_numpy(feeds[n]) for n in C.layer_names(family, layers)))
+    return [*args, torch.from_numpy(feeds[C.SRC_MASK])]
 
 
 def level1_graphs(model: Seq2SeqTransformer, engine: OrtStep, seed: int = 0) -> dict[str, Any]:
-    """Every output of both graphs vs PyTorch over the LEVEL1_* grids (max |Δ| per output)."""
+    """Every output of both graphs vs PyTorch over the LEVEL1_* grids: max |Δ| per output
+    family (`memory`, `cross_k`, ..., the per-layer tensors of a family pooled)."""
     cfg, rng = model.cfg, np.random.default_rng(seed)
-    first = len(C.SPECIAL_TOKENS)
-    worst = dict.fromkeys(C.ENCODER_OUTPUTS + C.DECODER_OUTPUTS, 0.0)
+    first, layers = len(C.SPECIAL_TOKENS), cfg.n_decoder_layers
+    worst = dict.fromkeys(C.ENCODER_FAMILIES + C.DECODER_FAMILIES, 0.0)
     worst_case: dict[str, Any] = {}
+
+    def record(names: Sequence[str], want: Sequence[Any], got: Sequence[Any], case: Any) -> None:
+        for name, expected, have in zip(names, want, got, strict=True):
+            diff, family = _max_diff(expected.numpy(), have), C.family(name)
+            if diff > worst[family]:
+                worst[family] = diff
+                worst_case[family] = case
+
     encoder_cases = decoder_cases = 0
+    encoder_outputs = C.encoder_outputs(layers)
     for batch, src_len in itertools.product(LEVEL1_BATCHES, LEVEL1_SRC_LENS):
         if src_len > cfg.max_len:
             continue
@@ -163,33 +184,22 @@ def level1_graphs(model: Seq2SeqTransformer, engine: OrtStep, seed: int = 0) -> 
         with torch.no_grad():
             src_t = torch.from_numpy(src)
             memory = model.encode(src_t, model.source_keep(src_t))
-            expected = (memory, *model.cross_kv(memory))
-        got = engine.encoder.run(list(C.ENCODER_OUTPUTS), {C.SRC_IDS: src})
-        for name, want, have in zip(C.ENCODER_OUTPUTS, expected, got, strict=True):
-            diff = _max_diff(want.numpy(), have)
-            if diff > worst[name]:
-                worst[name] = diff
-                worst_case[name] = {"batch": batch, "src_len": src_len}
+            cross_k, cross_v = model.cross_kv(memory)
+        got = engine.encoder.run(list(encoder_outputs), {C.SRC_IDS: src})
+        case = {"batch": batch, "src_len": src_len}
+        record(encoder_outputs, (memory, *cross_k, *cross_v), got, case)
         encoder_cases += 1
+    decoder_outputs = C.decoder_outputs(layers)
     grid = itertools.product(LEVEL1_BATCHES, LEVEL1_SRC_LENS, LEVEL1_PAST_LENS, LEVEL1_NEW_LENS)
     for batch, src_len, past_len, new_len in grid:
         if src_len > cfg.max_len or past_len + new_len > cfg.max_len:
             continue
         feeds = _decoder_feeds(model, rng, batch, src_len, past_len, new_len)
         with torch.no_grad():
-            args = [torch.from_numpy(feeds[name]) for name in C.DECODER_INPUTS]
-            expected = model.decode_step(*args)
-        got = engine.decoder.run(list(C.DECODER_OUTPUTS), feeds)
-        for name, want, have in zip(C.DECODER_OUTPUTS, expected, got, strict=True):
-            diff = _max_diff(want.numpy(), have)
-            if diff > worst[name]:
-                worst[name] = diff
-                worst_case[name] = {
-                    "batch": batch,
-                    "src_len": src_len,
-                    "past_len": past_len,
-                    "new_len": new_len,
-                }
+            logits, present_k, present_v = model.decode_step(*_decoder_args(feeds, layers))
+        got = engine.decoder.run(list(decoder_outputs), feeds)
+        case = {"batch": batch, "src_len": src_len, "past_len": past_len, "new_len": new_len}
+        record(decoder_outputs, (logits, *present_k, *present_v), got, case)
         decoder_cases += 1
     return {
         "passed": all(d <= TOLERANCE_FP32 for d in worst.values()),

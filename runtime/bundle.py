@@ -25,8 +25,8 @@ from .errors import BundleError, ConfigError, TokenizerError
 from .manifest import check_files, read_manifest
 from .tokenizer import Tokenizer, TokenizerPair
 
-# Static dims of the cross/cache tensors [layers, batch, heads, len, d_head] checked per graph.
-KV_AXES = {0: "n_decoder_layers", 2: "n_heads", 4: "d_head"}
+# Static dims of the per-layer cross/cache tensors [batch, heads, len, d_head] checked per graph.
+KV_AXES = {1: "n_heads", 3: "d_head"}
 METADATA_PREFIX = "edgeseq."
 PER_GRAPH_METADATA = {"edgeseq.graph"}  # differs between the two graphs by design
 
@@ -184,29 +184,41 @@ def check_graph_pair(
     come from different models: K/V dims, dtypes and `edgeseq.*` metadata_props must agree."""
     encoder_path, decoder_path = bundle.graphs(variant)
     problems: list[str] = []
+    layers = bundle.config.n_decoder_layers
     graphs = (
-        (encoder_path, encoder, C.ENCODER_INPUTS, C.ENCODER_OUTPUTS),
-        (decoder_path, decoder, C.DECODER_INPUTS, C.DECODER_OUTPUTS),
+        (encoder_path, encoder, C.ENCODER_INPUTS, C.encoder_outputs(layers)),
+        (decoder_path, decoder, C.decoder_inputs(layers), C.decoder_outputs(layers)),
     )
     for file, session, inputs, outputs in graphs:
         got_in = {arg.name for arg in session.get_inputs()}
         got_out = {arg.name for arg in session.get_outputs()}
         missing = [n for n in inputs if n not in got_in] + [n for n in outputs if n not in got_out]
-        if missing:
-            raise BundleError(f"{file} lacks the graph inputs/outputs {missing}; re-export")
+        extra = sorted(n for n in got_in | got_out if n not in (*inputs, *outputs))
+        if missing or extra:
+            raise BundleError(
+                f"{file} does not match config.json's {layers} decoder layers "
+                f"(missing inputs/outputs {missing[:4]}, unexpected {extra[:4]}); "
+                "re-export the bundle"
+            )
     cfg = bundle.config
-    kv = [(encoder_path, _io(encoder)[C.CROSS_K]), (encoder_path, _io(encoder)[C.CROSS_V])]
-    kv += [(decoder_path, _io(decoder)[name]) for name in (C.PAST_K, C.CROSS_K, C.CROSS_V)]
+    enc_io, dec_io = _io(encoder), _io(decoder)
+    cross = (C.CROSS_K, C.CROSS_V)
+    kv = [(encoder_path, enc_io[n]) for f in cross for n in C.layer_names(f, layers)]
+    kv += [
+        (decoder_path, dec_io[n])
+        for f in (C.PAST_K, C.PAST_V, C.CROSS_K, C.CROSS_V)
+        for n in C.layer_names(f, layers)
+    ]
     for file, arg in kv:
         for axis, field in KV_AXES.items():
-            dim = arg.shape[axis] if len(arg.shape) == 5 else None
+            dim = arg.shape[axis] if len(arg.shape) == 4 else None
             want = getattr(cfg, field)
             if isinstance(dim, int) and dim != want:
                 problems.append(f"{file.name} {arg.name} has {field} {dim}, config.json {want}")
     dtypes = {f"{file.name} {arg.name}": arg.type for file, arg in kv}
     if len(set(dtypes.values())) > 1:
         problems.append(f"K/V dtypes differ: {dtypes}")
-    logits = _io(decoder)[C.LOGITS]
+    logits = dec_io[C.LOGITS]
     if isinstance(logits.shape[-1], int) and logits.shape[-1] != cfg.tgt_vocab_size:
         problems.append(f"{decoder_path.name} logits width {logits.shape[-1]}, config.json ")
         problems[-1] += f"tgt_vocab_size {cfg.tgt_vocab_size}"

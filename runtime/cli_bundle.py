@@ -11,6 +11,7 @@ A file whose sha256 does not match the manifest is listed, then the command fail
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -41,10 +42,10 @@ def format_parity(report: dict[str, Any]) -> str:
     ok = lambda passed: "ok" if passed else "FAIL"  # noqa: E731
     rows = [("level", "check", "value", "result")]
     level1 = report["level1"]
-    for name in C.ENCODER_OUTPUTS + C.DECODER_OUTPUTS:
+    for name in C.ENCODER_FAMILIES + C.DECODER_FAMILIES:
         if name in level1["max_abs_diff"]:
             diff = level1["max_abs_diff"][name]
-            graph = "encoder" if name in C.ENCODER_OUTPUTS else "decoder"
+            graph = "encoder" if name in C.ENCODER_FAMILIES else "decoder"
             check = f"{graph} {name} max|Δ| ({level1[f'{graph}_cases']} shapes)"
             rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
     level2 = report["level2"]
@@ -187,14 +188,33 @@ def _graph_io(path: Path) -> list[tuple[str, ...]]:
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    rows = []
+    rows: list[tuple[str, ...]] = []
     for direction, values in (("in", session.get_inputs()), ("out", session.get_outputs())):
         for value in values:
             dtype = value.type.removeprefix("tensor(").removesuffix(")")
             dtype = NUMPY_NAMES.get(dtype, dtype)
             shape = "[" + ", ".join(str(d) for d in value.shape) + "]"
             rows.append((direction, value.name, dtype, shape))
-    return rows
+    return _fold_layers(rows)
+
+
+def _fold_layers(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """Consecutive per-layer rows alike fold into one: `past_k.0` .. `past_k.6` with the same
+    dtype and shape -> `past_k.{0..6}`."""
+
+    def key(row: tuple[str, ...]) -> tuple[str, ...]:
+        family, _, layer = row[1].partition(".")
+        return (row[0], family if layer.isdigit() else row[1], row[2], row[3])
+
+    folded = []
+    for (direction, name, dtype, shape), group in itertools.groupby(rows, key):
+        layers = [row[1].partition(".")[2] for row in group]
+        if len(layers) > 1:
+            name = f"{name}.{{{layers[0]}..{layers[-1]}}}"
+        elif layers[0].isdigit():
+            name = f"{name}.{layers[0]}"
+        folded.append((direction, name, dtype, shape))
+    return folded
 
 
 def _id(special: dict[str, Any]) -> int:

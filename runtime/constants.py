@@ -11,27 +11,57 @@ DECODER_FILE = "decoder.onnx"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "manifest.json"
-BUNDLE_FORMAT_VERSION = 1
+BUNDLE_FORMAT_VERSION = 2  # 2: one K/V tensor per decoder layer (1: stacked over layers)
 
-# Encoder graph.
+# Encoder graph. Cross-attention K/V and the self-attention cache are one tensor per decoder
+# layer, named "<family>.<layer>" ("cross_k.0" .. "cross_k.{L-1}"): a graph that received them
+# stacked over layers would copy every layer's slice out of the stack at every step.
 SRC_IDS = "src_ids"  # int64 [batch, src_len]
 MEMORY = "memory"  # float [batch, src_len, d_model]
-CROSS_K = "cross_k"  # float [n_decoder_layers, batch, n_heads, src_len, d_head]
-CROSS_V = "cross_v"  # float [n_decoder_layers, batch, n_heads, src_len, d_head]
+CROSS_K = "cross_k"  # family: float [batch, n_heads, src_len, d_head] per decoder layer
+CROSS_V = "cross_v"  # family: float [batch, n_heads, src_len, d_head] per decoder layer
 
 # Decoder-step graph.
 INPUT_IDS = "input_ids"  # int64 [batch, new_len]
-PAST_K = "past_k"  # float [n_decoder_layers, batch, n_heads, past_len, d_head]
-PAST_V = "past_v"  # float [n_decoder_layers, batch, n_heads, past_len, d_head]
+PAST_K = "past_k"  # family: float [batch, n_heads, past_len, d_head] per decoder layer
+PAST_V = "past_v"  # family: float [batch, n_heads, past_len, d_head] per decoder layer
 SRC_MASK = "src_mask"  # bool [batch, src_len], True where the source token is real
 LOGITS = "logits"  # float [batch, new_len, tgt_vocab]
-PRESENT_K = "present_k"  # float [n_decoder_layers, batch, n_heads, past_len + new_len, d_head]
-PRESENT_V = "present_v"  # same shape as PRESENT_K
+PRESENT_K = "present_k"  # family: float [batch, n_heads, past_len + new_len, d_head] per layer
+PRESENT_V = "present_v"  # family: same shape as PRESENT_K
 
 ENCODER_INPUTS = (SRC_IDS,)
-ENCODER_OUTPUTS = (MEMORY, CROSS_K, CROSS_V)
-DECODER_INPUTS = (INPUT_IDS, PAST_K, PAST_V, CROSS_K, CROSS_V, SRC_MASK)
-DECODER_OUTPUTS = (LOGITS, PRESENT_K, PRESENT_V)
+# Output families in report order (a family stands for its per-layer tensors).
+ENCODER_FAMILIES = (MEMORY, CROSS_K, CROSS_V)
+DECODER_FAMILIES = (LOGITS, PRESENT_K, PRESENT_V)
+KV_FAMILIES = (CROSS_K, CROSS_V, PAST_K, PAST_V, PRESENT_K, PRESENT_V)
+
+
+def layer_names(family: str, n_layers: int) -> tuple[str, ...]:
+    """Graph names of one K/V family: ("past_k.0", ..., "past_k.{n_layers-1}")."""
+    return tuple(f"{family}.{i}" for i in range(n_layers))
+
+
+def family(name: str) -> str:
+    """The family of a graph name: "present_k.3" -> "present_k", "logits" -> "logits"."""
+    return name.split(".", 1)[0]
+
+
+def encoder_outputs(n_layers: int) -> tuple[str, ...]:
+    """memory, then cross_k.0.., then cross_v.0.."""
+    return (MEMORY, *layer_names(CROSS_K, n_layers), *layer_names(CROSS_V, n_layers))
+
+
+def decoder_inputs(n_layers: int) -> tuple[str, ...]:
+    """input_ids, past_k.0.., past_v.0.., cross_k.0.., cross_v.0.., src_mask."""
+    kv = (PAST_K, PAST_V, CROSS_K, CROSS_V)
+    return (INPUT_IDS, *(n for f in kv for n in layer_names(f, n_layers)), SRC_MASK)
+
+
+def decoder_outputs(n_layers: int) -> tuple[str, ...]:
+    """logits, present_k.0.., present_v.0.."""
+    return (LOGITS, *layer_names(PRESENT_K, n_layers), *layer_names(PRESENT_V, n_layers))
+
 
 # Dynamic axis names.
 BATCH = "batch"

@@ -3,7 +3,7 @@
 Written by `edgeseq.export` (``write_manifest``), checked by the runtime (``check_files``)::
 
     {
-      "format_version": 1,                 # BUNDLE_FORMAT_VERSION of the writer
+      "format_version": 2,                 # BUNDLE_FORMAT_VERSION of the writer
       "edgeseq_version": "0.1.0",
       "created_utc": "2026-11-21T23:59:00Z",
       "min_onnxruntime": "1.17.0",         # oldest onnxruntime that can run the graphs
@@ -59,7 +59,7 @@ def write_manifest(directory: str | Path, manifest: dict[str, Any]) -> dict[str,
 
 
 def read_manifest(directory: str | Path) -> dict[str, Any]:
-    """Parse `manifest.json`; refuse a missing, unreadable or too-new one."""
+    """Parse `manifest.json`; refuse a missing or unreadable one, or one of another format."""
     path = Path(directory) / MANIFEST_FILE
     if not path.is_file():
         raise BundleError(f"{path} is missing: {directory} is not an edgeseq bundle (re-export it)")
@@ -72,6 +72,13 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         raise BundleError(
             f"{path} has format version {version!r}, this edgeseq reads up to "
             f"{BUNDLE_FORMAT_VERSION}: upgrade edgeseq (pip install -U edgeseq)"
+        )
+    if version < BUNDLE_FORMAT_VERSION:
+        raise BundleError(
+            f"{path} has format version {version}, whose graphs take the K/V of all decoder "
+            f"layers stacked in one tensor; this edgeseq reads format {BUNDLE_FORMAT_VERSION} "
+            "(one tensor per layer): re-export it from its checkpoint with "
+            "`edgeseq export CHECKPOINT --out DIR`"
         )
     return manifest
 

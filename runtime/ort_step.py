@@ -21,16 +21,19 @@ import onnxruntime as ort
 from . import constants as C
 from .config import ModelConfig
 
+Layers = tuple[np.ndarray, ...]  # one (B, H, T, dh) array per decoder layer
+
 
 @dataclass
 class OrtState:
-    """Decoder state as numpy arrays: cross K/V and cache (L, B, H, *, dh), src_mask (B, S)."""
+    """Decoder state as numpy arrays: cross K/V and cache, L-tuples of (B, H, *, dh), and
+    src_mask (B, S)."""
 
-    cross_k: np.ndarray
-    cross_v: np.ndarray
+    cross_k: Layers
+    cross_v: Layers
     src_mask: np.ndarray
-    past_k: np.ndarray
-    past_v: np.ndarray
+    past_k: Layers
+    past_v: Layers
 
     @property
     def batch(self) -> int:
@@ -40,7 +43,7 @@ class OrtState:
     @property
     def past_len(self) -> int:
         """Target positions already cached."""
-        return int(self.past_k.shape[3])
+        return int(self.past_k[0].shape[2])
 
 
 class OrtStep:
@@ -53,6 +56,10 @@ class OrtStep:
         self.max_len, self.vocab_size = config.max_len, config.tgt_vocab_size
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
         self.cache_dtype = np.float32
+        layers = self.layers = config.n_decoder_layers
+        self.encoder_outputs = C.encoder_outputs(layers)
+        self.decoder_outputs = C.decoder_outputs(layers)
+        self.names = {f: C.layer_names(f, layers) for f in C.KV_FAMILIES}
 
     @classmethod
     def from_files(
@@ -69,53 +76,71 @@ class OrtStep:
         decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
         return cls(encoder, decoder, config)
 
-    def start(self, src_ids: np.ndarray) -> OrtState:
-        """Run the encoder on src_ids int64 (B, S); empty cache (L, B, H, 0, dh)."""
-        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)
-        cross_k, cross_v = self.encoder.run([C.CROSS_K, C.CROSS_V], {C.SRC_IDS: src_ids})
+    def empty_cache(self, batch: int, dtype: type) -> Layers:
+        """An empty cache: L arrays (B, H, 0, dh) (one shared zero-size array)."""
         cfg = self.config
-        empty = np.zeros(
-            (cfg.n_decoder_layers, src_ids.shape[0], cfg.n_heads, 0, cfg.d_head), cross_k.dtype
-        )
+        return (np.zeros((batch, cfg.n_heads, 0, cfg.d_head), dtype),) * self.layers
+
+    def start(self, src_ids: np.ndarray) -> OrtState:
+        """Run the encoder on src_ids int64 (B, S); empty cache (B, H, 0, dh) per layer."""
+        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)
+        out = self.encoder.run(list(self.encoder_outputs[1:]), {C.SRC_IDS: src_ids})
+        cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
+        empty = self.empty_cache(src_ids.shape[0], cross_k[0].dtype)
         return OrtState(cross_k, cross_v, src_ids != self.pad_id, empty, empty)
+
+    def feeds(self, state: OrtState, input_ids: np.ndarray) -> dict[str, np.ndarray]:
+        """The decoder graph's inputs, by name."""
+        feeds = {C.INPUT_IDS: np.ascontiguousarray(input_ids, dtype=np.int64)}
+        for family, arrays in (
+            (C.PAST_K, state.past_k),
+            (C.PAST_V, state.past_v),
+            (C.CROSS_K, state.cross_k),
+            (C.CROSS_V, state.cross_v),
+        ):
+            feeds.update(zip(self.names[family], arrays, strict=True))
+        feeds[C.SRC_MASK] = state.src_mask
+        return feeds
 
     def step(self, state: OrtState, input_ids: np.ndarray) -> tuple[np.ndarray, OrtState]:
         """input_ids int64 (B, N) -> logits float32 (B, N, V) and the extended state."""
-        feeds = {
-            C.INPUT_IDS: np.ascontiguousarray(input_ids, dtype=np.int64),
-            C.PAST_K: state.past_k,
-            C.PAST_V: state.past_v,
-            C.CROSS_K: state.cross_k,
-            C.CROSS_V: state.cross_v,
-            C.SRC_MASK: state.src_mask,
-        }
-        logits, past_k, past_v = self.decoder.run(list(C.DECODER_OUTPUTS), feeds)
+        out = self.decoder.run(list(self.decoder_outputs), self.feeds(state, input_ids))
+        layers = self.layers
+        past_k, past_v = tuple(out[1 : 1 + layers]), tuple(out[1 + layers :])
         new_state = OrtState(state.cross_k, state.cross_v, state.src_mask, past_k, past_v)
-        return logits.astype(np.float32, copy=False), new_state
+        return out[0].astype(np.float32, copy=False), new_state
 
     def select(self, state: OrtState, rows: np.ndarray) -> OrtState:
         """Gather batch rows (int64 (B',), may repeat)."""
         rows = np.asarray(rows, dtype=np.int64)
+
+        def take(arrays: Layers) -> Layers:
+            return tuple(np.ascontiguousarray(a[rows]) for a in arrays)
+
         return OrtState(
-            np.ascontiguousarray(state.cross_k[:, rows]),
-            np.ascontiguousarray(state.cross_v[:, rows]),
+            take(state.cross_k),
+            take(state.cross_v),
             np.ascontiguousarray(state.src_mask[rows]),
-            np.ascontiguousarray(state.past_k[:, rows]),
-            np.ascontiguousarray(state.past_v[:, rows]),
+            take(state.past_k),
+            take(state.past_v),
         )
+
+
+Values = tuple[ort.OrtValue, ...]  # one (B, H, T, dh) OrtValue per decoder layer
 
 
 @dataclass
 class OrtBoundState:
-    """Decoder state as OrtValues on the device: cross K/V and cache (L, B, H, *, dh),
-    src_mask (B, S) bool. The empty cache of a new state is a host array (L, B, H, 0, dh):
-    onnxruntime copies its zero bytes in, and never has to allocate an empty device buffer."""
+    """Decoder state as OrtValues on the device: cross K/V and cache, L-tuples of
+    (B, H, *, dh), and src_mask (B, S) bool. The empty cache of a new state is host arrays
+    (B, H, 0, dh): onnxruntime copies their zero bytes in, and never has to allocate an empty
+    device buffer."""
 
-    cross_k: ort.OrtValue
-    cross_v: ort.OrtValue
+    cross_k: Values
+    cross_v: Values
     src_mask: ort.OrtValue
-    past_k: ort.OrtValue | np.ndarray
-    past_v: ort.OrtValue | np.ndarray
+    past_k: Values | Layers
+    past_v: Values | Layers
 
     @property
     def batch(self) -> int:
@@ -125,8 +150,8 @@ class OrtBoundState:
     @property
     def past_len(self) -> int:
         """Target positions already cached."""
-        past = self.past_k
-        return int(past.shape[3] if isinstance(past, np.ndarray) else past.shape()[3])
+        past = self.past_k[0]
+        return int(past.shape[2] if isinstance(past, np.ndarray) else past.shape()[2])
 
 
 class OrtBoundStep(OrtStep):
@@ -156,20 +181,13 @@ class OrtBoundStep(OrtStep):
         src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)
         binding = self.encoder.io_binding()
         binding.bind_cpu_input(C.SRC_IDS, src_ids)
-        for name in (C.CROSS_K, C.CROSS_V):
+        for name in self.encoder_outputs[1:]:
             binding.bind_output(name, self.device_type, self.device_id)
         self.encoder.run_with_iobinding(binding)
-        cross_k, cross_v = binding.get_outputs()  # in binding order
-        cfg = self.config
-        shape = (cfg.n_decoder_layers, src_ids.shape[0], cfg.n_heads, 0, cfg.d_head)
-        empty = np.zeros(shape, dtype=_numpy_dtype(cross_k))
-        return OrtBoundState(
-            cross_k,
-            cross_v,
-            self.to_device(src_ids != self.pad_id),
-            empty,
-            empty,
-        )
+        out = binding.get_outputs()  # in binding order
+        cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
+        empty = self.empty_cache(src_ids.shape[0], _numpy_dtype(cross_k[0]))
+        return OrtBoundState(cross_k, cross_v, self.to_device(src_ids != self.pad_id), empty, empty)
 
     def step(  # type: ignore[override]
         self, state: OrtBoundState, input_ids: np.ndarray
@@ -178,38 +196,46 @@ class OrtBoundStep(OrtStep):
         state, whose cache stays on the device."""
         binding = self.decoder.io_binding()
         binding.bind_cpu_input(C.INPUT_IDS, np.ascontiguousarray(input_ids, dtype=np.int64))
-        for name, value in (
+        binding.bind_ortvalue_input(C.SRC_MASK, state.src_mask)
+        for family, values in (
             (C.PAST_K, state.past_k),
             (C.PAST_V, state.past_v),
             (C.CROSS_K, state.cross_k),
             (C.CROSS_V, state.cross_v),
-            (C.SRC_MASK, state.src_mask),
         ):
-            if isinstance(value, np.ndarray):
-                binding.bind_cpu_input(name, value)
-            else:
-                binding.bind_ortvalue_input(name, value)
+            for name, value in zip(self.names[family], values, strict=True):
+                if isinstance(value, np.ndarray):
+                    binding.bind_cpu_input(name, value)
+                else:
+                    binding.bind_ortvalue_input(name, value)
         binding.bind_output(C.LOGITS, "cpu")  # the search needs the logits on the host
-        binding.bind_output(C.PRESENT_K, self.device_type, self.device_id)
-        binding.bind_output(C.PRESENT_V, self.device_type, self.device_id)
+        for name in self.decoder_outputs[1:]:
+            binding.bind_output(name, self.device_type, self.device_id)
         self.decoder.run_with_iobinding(binding)
-        logits, past_k, past_v = binding.get_outputs()  # in binding order
+        out = binding.get_outputs()  # in binding order
+        layers = self.layers
+        past_k, past_v = tuple(out[1 : 1 + layers]), tuple(out[1 + layers :])
         new_state = OrtBoundState(state.cross_k, state.cross_v, state.src_mask, past_k, past_v)
-        return logits.numpy().astype(np.float32, copy=False), new_state
+        return out[0].numpy().astype(np.float32, copy=False), new_state
 
     def select(self, state: OrtBoundState, rows: np.ndarray) -> OrtBoundState:  # type: ignore[override]
         """Gather batch rows (int64 (B',), may repeat) through a host round-trip."""
         rows = np.asarray(rows, dtype=np.int64)
         if np.array_equal(rows, np.arange(state.batch)):
             return state
-        past_k, past_v = _host(state.past_k)[:, rows], _host(state.past_v)[:, rows]
-        empty = past_k.shape[3] == 0
+
+        def take(values: Values | Layers) -> Values | Layers:
+            taken = [_host(v)[rows] for v in values]
+            if taken[0].shape[2] == 0:  # an empty cache stays on the host (see OrtBoundState)
+                return tuple(np.ascontiguousarray(t) for t in taken)
+            return tuple(self.to_device(t) for t in taken)
+
         return OrtBoundState(
-            self.to_device(state.cross_k.numpy()[:, rows]),
-            self.to_device(state.cross_v.numpy()[:, rows]),
+            take(state.cross_k),  # type: ignore[arg-type]
+            take(state.cross_v),  # type: ignore[arg-type]
             self.to_device(state.src_mask.numpy()[rows]),
-            np.ascontiguousarray(past_k) if empty else self.to_device(past_k),
-            np.ascontiguousarray(past_v) if empty else self.to_device(past_v),
+            take(state.past_k),
+            take(state.past_v),
         )
 
 

@@ -29,7 +29,8 @@ def test_config_and_manifest_schema(export_case) -> None:
     assert set(config) == {"model", "special_tokens", "io", "tokenizers", "task"}
     assert config["model"] == export_case.model.cfg.to_dict()
     assert config["special_tokens"]["eos"] == {"id": 2, "token": C.EOS}
-    assert [v["name"] for v in config["io"]["decoder"]["inputs"]] == list(C.DECODER_INPUTS)
+    layers = export_case.model.cfg.n_decoder_layers
+    assert [v["name"] for v in config["io"]["decoder"]["inputs"]] == list(C.decoder_inputs(layers))
     assert config["tokenizers"] == {"source": C.TOKENIZER_FILE, "target": TARGET_TOKENIZER_FILE}
     manifest = read_manifest(export_case.bundle)
     assert manifest == export_case.manifest
@@ -69,7 +70,10 @@ def test_inspect_prints_graphs_files_and_parity(export_case) -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert re.search(r"in\s+src_ids\s+int64\s+\[batch, src_len\]", out)
-    assert re.search(r"out\s+present_k\s+float32\s+\[.*past_len \+ new_len", out)
+    last = export_case.model.cfg.n_decoder_layers - 1
+    name = re.escape(f"present_k.{{0..{last}}}" if last else "present_k.0")
+    assert re.search(rf"out\s+{name}\s+float32\s+\[batch, .*past_len \+ new_len", out)
+    assert "present_k.1 " not in out  # per-layer tensors fold into one row
     for text in (
         f"opset {export_case.manifest['opset']}",
         "encoder.onnx",

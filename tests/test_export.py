@@ -20,9 +20,10 @@ def _engine(case):
 
 def test_graph_names_metadata_and_embedded_weights(export_case) -> None:
     cfg = export_case.model.cfg
+    layers = cfg.n_decoder_layers
     for file, inputs, outputs in (
-        (C.ENCODER_FILE, C.ENCODER_INPUTS, C.ENCODER_OUTPUTS),
-        (C.DECODER_FILE, C.DECODER_INPUTS, C.DECODER_OUTPUTS),
+        (C.ENCODER_FILE, C.ENCODER_INPUTS, C.encoder_outputs(layers)),
+        (C.DECODER_FILE, C.decoder_inputs(layers), C.decoder_outputs(layers)),
     ):
         proto = onnx.load(str(export_case.bundle / file), load_external_data=False)
         assert tuple(v.name for v in proto.graph.input) == inputs
@@ -46,7 +47,11 @@ def test_dynamic_axes_are_symbolic(export_case) -> None:
     shapes = {v["name"]: v["shape"] for g in io.values() for v in g["inputs"] + g["outputs"]}
     assert shapes[C.SRC_IDS] == [C.BATCH, C.SRC_LEN]
     assert shapes[C.INPUT_IDS] == [C.BATCH, C.NEW_LEN]
-    assert shapes[C.PAST_K][1::2] == [C.BATCH, C.PAST_LEN]
+    layers = export_case.model.cfg.n_decoder_layers
+    for name in C.layer_names(C.PAST_K, layers) + C.layer_names(C.PRESENT_V, layers):
+        assert shapes[name][0] == C.BATCH and isinstance(shapes[name][2], str), name
+    assert shapes[f"{C.PAST_K}.0"][2] == C.PAST_LEN
+    assert shapes[f"{C.CROSS_K}.0"][:3] == [C.BATCH, export_case.model.cfg.n_heads, C.SRC_LEN]
     assert shapes[C.LOGITS] == [C.BATCH, C.NEW_LEN, export_case.model.cfg.tgt_vocab_size]
 
 
@@ -61,26 +66,34 @@ def test_graphs_run_at_other_shapes(export_case, shape) -> None:
     rng = np.random.default_rng(1)
     src = rng.integers(4, model.cfg.src_vocab_size, (batch, src_len))
     src[1:, -1] = model.cfg.pad_id  # padded rows when batch > 1
-    memory, cross_k, cross_v = engine.encoder.run(list(C.ENCODER_OUTPUTS), {C.SRC_IDS: src})
-    assert memory.shape == (batch, src_len, model.cfg.d_model)
     cfg = model.cfg
-    assert cross_k.shape == (cfg.n_decoder_layers, batch, cfg.n_heads, src_len, cfg.d_head)
-    cache = rng.standard_normal((*cross_k.shape[:3], past_len, cross_k.shape[4]), np.float32)
+    layers = cfg.n_decoder_layers
+    memory, *cross = engine.encoder.run(list(C.encoder_outputs(layers)), {C.SRC_IDS: src})
+    assert memory.shape == (batch, src_len, cfg.d_model)
+    assert len(cross) == 2 * layers
+    assert all(t.shape == (batch, cfg.n_heads, src_len, cfg.d_head) for t in cross)
+    cache = [
+        rng.standard_normal((batch, cfg.n_heads, past_len, cfg.d_head), np.float32)
+        for _ in range(2 * layers)
+    ]
+    names = C.layer_names(C.PAST_K, layers) + C.layer_names(C.PAST_V, layers)
+    names += C.layer_names(C.CROSS_K, layers) + C.layer_names(C.CROSS_V, layers)
     feeds = {
-        C.INPUT_IDS: rng.integers(4, model.cfg.tgt_vocab_size, (batch, new_len)),
-        C.PAST_K: cache,
-        C.PAST_V: cache * 0.5,
-        C.CROSS_K: cross_k,
-        C.CROSS_V: cross_v,
-        C.SRC_MASK: src != model.cfg.pad_id,
+        C.INPUT_IDS: rng.integers(4, cfg.tgt_vocab_size, (batch, new_len)),
+        **dict(zip(names, cache + cross, strict=True)),
+        C.SRC_MASK: src != cfg.pad_id,
     }
-    logits, present_k, present_v = engine.decoder.run(list(C.DECODER_OUTPUTS), feeds)
-    assert logits.shape == (batch, new_len, model.cfg.tgt_vocab_size)
-    total = (*cache.shape[:3], past_len + new_len, cache.shape[4])
-    assert present_k.shape == present_v.shape == total
+    logits, *present = engine.decoder.run(list(C.decoder_outputs(layers)), feeds)
+    assert logits.shape == (batch, new_len, cfg.tgt_vocab_size)
+    total = (batch, cfg.n_heads, past_len + new_len, cfg.d_head)
+    assert len(present) == 2 * layers and all(t.shape == total for t in present)
+    tensors = [torch.from_numpy(t) for t in cache + cross]
+    kv = [tuple(tensors[i * layers : (i + 1) * layers]) for i in range(4)]
     with torch.no_grad():
-        want = model.decode_step(*(torch.from_numpy(feeds[n]) for n in C.DECODER_INPUTS))
-    for expected, got in zip(want, (logits, present_k, present_v), strict=True):
+        want_logits, want_k, want_v = model.decode_step(
+            torch.from_numpy(feeds[C.INPUT_IDS]), *kv, torch.from_numpy(feeds[C.SRC_MASK])
+        )
+    for expected, got in zip((want_logits, *want_k, *want_v), (logits, *present), strict=True):
         assert np.abs(expected.numpy() - got).max() <= TOLERANCE_FP32
 
 

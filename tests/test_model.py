@@ -123,7 +123,8 @@ def test_cached_decode_step_matches_full_decode(variant: str, chunks: list[int])
             )
             pieces.append(logits)
             start += size
-    assert past_k.shape == (2, 3, 4, 9, 8)
+    assert len(past_k) == len(past_v) == 2  # one tensor per decoder layer
+    assert all(k.shape == (3, 4, 9, 8) for k in past_k + past_v)
     torch.testing.assert_close(torch.cat(pieces, dim=1), full, rtol=0, atol=1e-5)
 
 
@@ -135,7 +136,7 @@ def test_inputs_longer_than_max_len_raise() -> None:
     with pytest.raises(InputTooLongError, match="max_len"):
         model.decode(random_ids(1, 25, VOCAB + 4, seed=10), memory, torch.ones(1, 5, dtype=bool))
     cross_k, cross_v = model.cross_kv(memory)
-    past = torch.zeros(2, 1, 4, 23, 8)
+    past = (torch.zeros(1, 4, 23, 8),) * 2
     with pytest.raises(InputTooLongError, match="needs 25 positions"):
         model.decode_step(
             random_ids(1, 2, VOCAB + 4, 11),

@@ -89,7 +89,16 @@ def test_an_unlisted_file_is_refused(bundle_copy: Path) -> None:
 
 def test_a_newer_format_is_refused(bundle_copy: Path) -> None:
     edit_manifest(bundle_copy, format_version=C.BUNDLE_FORMAT_VERSION + 1)
-    with pytest.raises(BundleError, match="format version 2, this edgeseq reads up to 1: upgrade"):
+    with pytest.raises(BundleError, match="format version 3, this edgeseq reads up to 2: upgrade"):
+        load_bundle(bundle_copy)
+
+
+def test_a_format_1_bundle_is_refused_with_the_re_export_command(bundle_copy: Path) -> None:
+    """Format 1 graphs took the K/V of all layers stacked in one tensor: no longer read."""
+    edit_manifest(bundle_copy, format_version=1)
+    with pytest.raises(
+        BundleError, match=r"format version 1, .*stacked.*edgeseq export CHECKPOINT"
+    ):
         load_bundle(bundle_copy)
 
 
@@ -134,5 +143,10 @@ def test_a_decoder_from_another_model_is_refused(
     other_cfg = replace(runtime_model.model.cfg, n_decoder_layers=1)
     export_decoder(Seq2SeqTransformer(other_cfg).eval(), bundle_copy / C.DECODER_FILE)
     rehash(bundle_copy)
-    with pytest.raises(BundleError, match=r"do not belong together.*n_decoder_layers"):
+    layers = runtime_model.model.cfg.n_decoder_layers
+    with pytest.raises(
+        BundleError,
+        match=rf"decoder\.onnx does not match config\.json's {layers} decoder layers "
+        r"\(missing .*past_k\.1",
+    ):
         Generator.load(bundle_copy, providers="cpu", threads=1)

@@ -169,5 +169,5 @@ def test_cuda_cache_stays_on_the_device(runtime_case, cuda_active: bool) -> None
     state = step.start(np.array([[4, 5, 6, 2]], dtype=np.int64))
     logits, state = step.step(state, np.array([[1]], dtype=np.int64))
     assert isinstance(logits, np.ndarray)
-    assert state.past_k.device_name().lower() == "cuda"
-    assert state.cross_k.device_name().lower() == "cuda"
+    assert all(v.device_name().lower() == "cuda" for v in state.past_k + state.past_v)
+    assert all(v.device_name().lower() == "cuda" for v in state.cross_k + state.cross_v)
