@@ -278,6 +278,25 @@ def average_checkpoints(
     return save_checkpoint(out, first, tokenizers, meta.task, state, weights_dtype=weights_dtype)
 
 
+def widen(
+    trained: torch.Tensor, shape: torch.Size, name: str, generator: torch.Generator
+) -> torch.Tensor:
+    """`trained` grown to `shape` along the FFN's hidden axis (the only axis that grows):
+    `ffn.w_1.weight` (d_ff, D) new rows ~ N(0, std of its trained rows), `ffn.w_1.bias` (d_ff,)
+    new zeros, `ffn.w_2.weight` (D, d_ff) new zero columns; anything else is copied."""
+    if trained.shape == shape:
+        return trained.clone()
+    extra = shape[0] - trained.shape[0] if name.endswith("ffn.w_1.weight") else None
+    if extra is not None:
+        new = torch.randn(extra, trained.shape[1], generator=generator) * trained.float().std()
+        return torch.cat([trained, new.to(trained.dtype)], dim=0)
+    if name.endswith("ffn.w_1.bias"):
+        return torch.cat([trained, trained.new_zeros(shape[0] - trained.shape[0])])
+    if name.endswith("ffn.w_2.weight"):
+        return torch.cat([trained, trained.new_zeros(shape[0], shape[1] - trained.shape[1])], 1)
+    raise ConfigError(f"cannot grow {name} from {tuple(trained.shape)} to {tuple(shape)}")
+
+
 def stacked_layer_map(n_old: int, n_new: int) -> list[int]:
     """For each of `n_new` layers, the index of the trained layer it starts as.
 
@@ -289,43 +308,60 @@ def stacked_layer_map(n_old: int, n_new: int) -> list[int]:
 
 
 def grow_checkpoint(
-    path: str | Path, out: str | Path, n_encoder_layers: int, n_decoder_layers: int
+    path: str | Path,
+    out: str | Path,
+    n_encoder_layers: int | None = None,
+    n_decoder_layers: int | None = None,
+    d_ff: int | None = None,
+    seed: int = 0,
 ) -> Path:
-    """Write to `out` a deeper copy of the checkpoint at `path`; return `out`.
+    """Write to `out` a deeper and/or wider copy of the checkpoint at `path`; return `out`.
 
-    Layer stacking (Gong et al., 2019, "Efficient training of BERT by progressively
-    stacking"): each new layer starts as a copy of a trained one (`stacked_layer_map`);
-    embeddings, positional tables and the output layer are kept. The copy does not compute the
-    same function (a post-norm layer applied twice is not the identity), so the result is a
-    starting point for `edgeseq train --init-from` with a recipe of the new depth, not a model
-    to ship. No optimizer state is written."""
+    Deeper, by layer stacking (Gong et al., 2019, "Efficient training of BERT by progressively
+    stacking"): each new layer starts as a copy of a trained one (`stacked_layer_map`). The
+    copy does not compute the same function (a post-norm layer applied twice is not the
+    identity). Wider (`d_ff`), by Net2Net-style widening of every FFN (Chen et al., 2016):
+    W₁ (d_ff, D) gets new rows drawn like its trained ones (normal, their std), b₁ zeros,
+    W₂ (D, d_ff) zero columns, so the wider FFN computes exactly what the trained one did.
+    Embeddings, positional tables and the output layer are kept. The result is a starting
+    point for `edgeseq train --init-from` with a recipe of the new shape. No optimizer state
+    is written."""
     out = Path(out)
     if out.resolve() == Path(path).resolve():
         raise ConfigError(f"--out {out} is the input checkpoint; choose another directory")
     _refuse_to_replace(out)
     model, tokenizers, meta = load_checkpoint(path)
     old = model.cfg
+    n_encoder_layers = n_encoder_layers or old.n_encoder_layers
+    n_decoder_layers = n_decoder_layers or old.n_decoder_layers
+    d_ff = d_ff or old.d_ff
+    if d_ff < old.d_ff:
+        raise ConfigError(f"growing cannot narrow the FFN ({old.d_ff} -> {d_ff})")
     cfg = dataclasses.replace(
-        old, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers
+        old, n_encoder_layers=n_encoder_layers, n_decoder_layers=n_decoder_layers, d_ff=d_ff
     )
+    if cfg == old:
+        raise ConfigError("nothing to grow: give more layers or a larger --d-ff")
     maps = {
         "encoder_layers.": stacked_layer_map(old.n_encoder_layers, n_encoder_layers),
         "decoder_layers.": stacked_layer_map(old.n_decoder_layers, n_decoder_layers),
     }
     trained = model.state_dict()
     grown = Seq2SeqTransformer(cfg.validate())
+    generator = torch.Generator().manual_seed(seed)
     weights = {}
-    for name in grown.state_dict():
+    for name, target in grown.state_dict().items():
         source = name
         for prefix, mapping in maps.items():
             if name.startswith(prefix):
                 index, rest = name[len(prefix) :].split(".", 1)
                 source = f"{prefix}{mapping[int(index)]}.{rest}"
-        weights[name] = trained[source].clone()
+        weights[name] = widen(trained[source], target.shape, name, generator)
     grown.load_state_dict(weights)
     state = {
         "grown_from": str(path),
         "grown_layers": {"encoder": maps["encoder_layers."], "decoder": maps["decoder_layers."]},
+        "grown_d_ff": [old.d_ff, d_ff],
         "step": meta.train_state.get("step"),
     }
     return save_checkpoint(out, grown, tokenizers, meta.task, state)

@@ -321,33 +321,48 @@ def average(checkpoints: tuple[Path, ...], out: Path, dtype: str) -> None:
 @click.option(
     "--encoder-layers",
     type=click.IntRange(min=1),
-    required=True,
-    help="Encoder layers of the result (at least the checkpoint's).",
+    help="Encoder layers of the result (at least the checkpoint's; default: the same).",
 )
 @click.option(
     "--decoder-layers",
     type=click.IntRange(min=1),
-    required=True,
-    help="Decoder layers of the result (at least the checkpoint's).",
+    help="Decoder layers of the result (at least the checkpoint's; default: the same).",
 )
-def grow(checkpoint: Path, out: Path, encoder_layers: int, decoder_layers: int) -> None:
-    """Write a deeper copy of CHECKPOINT at --out, each new layer a copy of a trained one.
+@click.option(
+    "--d-ff",
+    type=click.IntRange(min=1),
+    help="FFN hidden size of the result (at least the checkpoint's; default: the same).",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of new FFN weights.")
+def grow(
+    checkpoint: Path,
+    out: Path,
+    encoder_layers: int | None,
+    decoder_layers: int | None,
+    d_ff: int | None,
+    seed: int,
+) -> None:
+    """Write a deeper and/or wider copy of CHECKPOINT at --out, to train on.
 
-    Layer stacking: 3 -> 6 layers repeats every layer once ([0, 0, 1, 1, 2, 2]); 3 -> 4
-    repeats the lowest ([0, 0, 1, 2]). The grown model scores worse than the original until it
-    is trained: continue with `edgeseq train --init-from OUT` and a recipe of the new depth.
+    Deeper (layer stacking): each new layer is a copy of a trained one; 3 -> 6 layers repeats
+    every layer once ([0, 0, 1, 1, 2, 2]); 3 -> 4 repeats the lowest ([0, 0, 1, 2]). The
+    deeper model scores worse than the original until it is trained. Wider (--d-ff): every
+    FFN gets new hidden units whose output weights are zero, so the wider model computes
+    exactly what the original did, with room to learn more. Continue with
+    `edgeseq train --init-from OUT` and a recipe of the new shape.
 
     \b
-    Example:
+    Examples:
       edgeseq grow models/g2p-en --out runs/g2p-44 --encoder-layers 4 --decoder-layers 4
       edgeseq train --init-from runs/g2p-44 --recipe models/recipes/g2p-en-deeper.json \\
         --out runs/g2p-deeper
+      edgeseq grow models/g2p-en --out runs/g2p-wide --d-ff 1536
     """
-    path = grow_checkpoint(checkpoint, out, encoder_layers, decoder_layers)
+    path = grow_checkpoint(checkpoint, out, encoder_layers, decoder_layers, d_ff, seed)
     model, _, meta = load_checkpoint(path)
-    layers = meta.train_state["grown_layers"]
+    layers, widths = meta.train_state["grown_layers"], meta.train_state["grown_d_ff"]
     click.echo(
         f"grew {checkpoint} -> {path}: encoder layers {layers['encoder']}, "
-        f"decoder layers {layers['decoder']} ({sum(p.numel() for p in model.parameters()):,} "
-        "parameters)"
+        f"decoder layers {layers['decoder']}, d_ff {widths[0]} -> {widths[1]} "
+        f"({sum(p.numel() for p in model.parameters()):,} parameters)"
     )

@@ -46,7 +46,8 @@ def format_parity(report: dict[str, Any]) -> str:
         if name in level1["max_abs_diff"]:
             diff = level1["max_abs_diff"][name]
             graph = "encoder" if name in C.ENCODER_FAMILIES else "decoder"
-            check = f"{graph} {name} max|Δ| ({level1[f'{graph}_cases']} shapes)"
+            label = f"{name}.*" if name in C.KV_FAMILIES else name  # every layer's tensor
+            check = f"{graph} {label} max|Δ| ({level1[f'{graph}_cases']} shapes)"
             rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
     level2 = report["level2"]
     size = f"{level2['rows']} rows x {level2['steps']} steps"
