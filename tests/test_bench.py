@@ -296,3 +296,18 @@ def test_train_step_benchmark_reports_padding_and_both_precisions(capsys) -> Non
     assert script.main(args) == 0
     out = capsys.readouterr().out
     assert "| 0.0 |" in out and "| fp32 |" in out and "| bf16 |" in out and "speed-up" in out
+
+
+# -- benchmarks/decoder_profile.py ---------------------------------------------------------------
+def test_decoder_profile_counts_kernel_time_and_no_layer_slicing(runtime_case, tmp_path) -> None:
+    """The profile has the decoder's MatMuls, and no Split: with one K/V tensor per layer
+    (bundle format 2) nothing slices a stacked cache any more."""
+    script = load_script("decoder_profile")
+    words = ["abc", "hgfedcba", "j", "abcabcab"] * 3
+    profile, seconds = script.profile_decoder(
+        str(runtime_case.bundle), words, batch=4, threads=1, passes=1, directory=str(tmp_path)
+    )
+    micros, events = script.kernel_time_by_op(profile)
+    assert seconds > 0 and micros["MatMul"] > 0 and events["MatMul"] > 0
+    assert set(micros) == set(events) and all(v >= 0 for v in micros.values())
+    assert "Split" not in events
