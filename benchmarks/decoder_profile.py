@@ -22,7 +22,9 @@ import time
 from pathlib import Path
 
 from edgeseq.runtime import providers
+from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.generator import Generator
+from edgeseq.runtime.ort_step import OrtStep
 from edgeseq.runtime.search import GenerationOptions
 
 
@@ -42,20 +44,12 @@ def profile_decoder(
     bundle: str, words: list[str], batch: int, threads: int, passes: int, directory: str
 ) -> tuple[Path, float]:
     """Run the profiled passes; return the decoder's profile file and the passes' seconds."""
-    original = providers.session_options
-
-    def options(threads: int | None = None, optimization: str = "all"):
-        """edgeseq's options, with the profiler on."""
-        opts = original(threads, optimization)
-        opts.enable_profiling = True
-        opts.profile_file_prefix = str(Path(directory) / "ort")
-        return opts
-
-    providers.session_options = options
-    try:
-        gen = Generator.load(bundle, providers="cpu", threads=threads)
-    finally:
-        providers.session_options = original
+    checked = load_bundle(bundle)
+    options = providers.session_options(threads)  # edgeseq's options, with the profiler on
+    options.enable_profiling = True
+    options.profile_file_prefix = str(Path(directory) / "ort")
+    step = OrtStep.from_files(*checked.graphs("fp32"), checked.config, options=options)
+    gen = Generator(checked, step)
     generation = GenerationOptions(batch_size=batch)
     gen.generate(words[:batch], generation)  # warm-up
     start = time.perf_counter()
@@ -63,7 +57,6 @@ def profile_decoder(
         for i in range(0, len(words), batch):
             gen.generate(words[i : i + batch], generation)
     seconds = time.perf_counter() - start
-    step = gen.step_model
     step.encoder.end_profiling()
     return Path(step.decoder.end_profiling()), seconds
 
