@@ -282,12 +282,12 @@ def widen(
     trained: torch.Tensor, shape: torch.Size, name: str, generator: torch.Generator
 ) -> torch.Tensor:
     """`trained` grown to `shape` along the FFN's hidden axis (the only axis that grows):
-    `ffn.w_1.weight` (d_ff, D) new rows ~ N(0, std of its trained rows), `ffn.w_1.bias` (d_ff,)
-    new zeros, `ffn.w_2.weight` (D, d_ff) new zero columns; anything else is copied."""
+    `ffn.w_1.weight` (d_ff, D) new rows ~ N(0, std of the trained matrix), `ffn.w_1.bias`
+    (d_ff,) new zeros, `ffn.w_2.weight` (D, d_ff) new zero columns; anything else is copied."""
     if trained.shape == shape:
         return trained.clone()
-    extra = shape[0] - trained.shape[0] if name.endswith("ffn.w_1.weight") else None
-    if extra is not None:
+    if name.endswith("ffn.w_1.weight"):
+        extra = shape[0] - trained.shape[0]
         new = torch.randn(extra, trained.shape[1], generator=generator) * trained.float().std()
         return torch.cat([trained, new.to(trained.dtype)], dim=0)
     if name.endswith("ffn.w_1.bias"):

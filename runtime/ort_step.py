@@ -59,7 +59,8 @@ class OrtStep:
         layers = self.layers = config.n_decoder_layers
         self.encoder_outputs = C.encoder_outputs(layers)
         self.decoder_outputs = C.decoder_outputs(layers)
-        self.names = {f: C.layer_names(f, layers) for f in C.KV_FAMILIES}
+        fed = (C.PAST_K, C.PAST_V, C.CROSS_K, C.CROSS_V)  # outputs: decoder_outputs
+        self.names = {f: C.layer_names(f, layers) for f in fed}
 
     @classmethod
     def from_files(
