@@ -19,7 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("edgeseq.build_model.cli:train", "Train a model on a task; writes checkpoints."),
     "evaluate": ("edgeseq.build_model.cli:evaluate", "Score a checkpoint on a task split."),
     "average": ("edgeseq.build_model.cli:average", "Average checkpoints' weights into one."),
-    "grow": ("edgeseq.build_model.cli:grow", "Deepen a checkpoint by stacking its layers."),
+    "grow": ("edgeseq.build_model.cli:grow", "Deepen or widen a checkpoint, to train on."),
     "export": ("edgeseq.export.cli:export", "Export a checkpoint to an ONNX bundle, with parity."),
     "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
     "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
