@@ -361,8 +361,9 @@ def grow(
     path = grow_checkpoint(checkpoint, out, encoder_layers, decoder_layers, d_ff, seed)
     model, _, meta = load_checkpoint(path)
     layers, widths = meta.train_state["grown_layers"], meta.train_state["grown_d_ff"]
+    wider = f", d_ff {widths[0]} -> {widths[1]}" if widths[0] != widths[1] else ""
     click.echo(
         f"grew {checkpoint} -> {path}: encoder layers {layers['encoder']}, "
-        f"decoder layers {layers['decoder']}, d_ff {widths[0]} -> {widths[1]} "
+        f"decoder layers {layers['decoder']}{wider} "
         f"({sum(p.numel() for p in model.parameters()):,} parameters)"
     )

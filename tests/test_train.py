@@ -388,7 +388,7 @@ def test_grow_copies_trained_layers_and_trains_on(
     args += ["--encoder-layers", str(n_enc + 1), "--decoder-layers", str(2 * n_dec)]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
-    assert "parameters" in result.output
+    assert "parameters" in result.output and "d_ff" not in result.output  # depth only
     grown, _, meta = load_checkpoint(out)
     assert (grown.cfg.n_encoder_layers, grown.cfg.n_decoder_layers) == (n_enc + 1, 2 * n_dec)
     layers = meta.train_state["grown_layers"]
