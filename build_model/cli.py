@@ -89,6 +89,15 @@ def _task_options(
     show_default=True,
     help="Seed of weights, dropout and batch order (a resumed run keeps its own).",
 )
+@click.option(
+    "--teacher",
+    "teachers",
+    multiple=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="Distil from this checkpoint (repeat for an ensemble): the loss mixes in the "
+    "teachers' next-token distributions (recipe: distill_weight, distill_temperature). "
+    "Teachers need the model's tokenizers; a resumed run keeps its own.",
+)
 @click.option("--epochs", type=int, help="Override the recipe's epoch count.")
 @click.option("--max-minutes", type=float, help="Time budget; stops after the current step.")
 @click.option("--threads", type=int, help="torch intra-op threads (default: torch's choice).")
@@ -121,6 +130,7 @@ def train(
     resume: bool,
     init_from: Path | None,
     seed: int,
+    teachers: tuple[Path, ...],
     epochs: int | None,
     max_minutes: float | None,
     threads: int | None,
@@ -140,6 +150,7 @@ def train(
       edgeseq train --task tsv --data pairs.tsv --kind bpe --recipe my.json --out runs/mt
       edgeseq train --out runs/g2p --resume --epochs 20
       edgeseq train --init-from models/g2p-en --recipe models/recipes/g2p-en.json --out runs/ft
+      edgeseq train --init-from runs/a --teacher runs/a --teacher runs/b --recipe R --out runs/kd
     """
     if resume and init_from is not None:
         raise ConfigError("--init-from starts a new run; drop it to --resume --out")
@@ -170,6 +181,7 @@ def train(
         max_minutes=max_minutes,
         threads=threads,
         progress=not quiet,
+        teachers=list(teachers),
     )
     if "message" in summary:
         click.echo(summary["message"])

@@ -47,6 +47,8 @@ class Recipe:
     save_every: int = 500  # steps between `last` checkpoints
     keep_epochs: int = 0  # weights of the last N finished epochs kept in OUT/epochs/ (averaging)
     log_every: int = 50  # steps between log.jsonl lines
+    distill_weight: float = 0.5  # with teachers: loss = (1 - w) * CE + w * KL(teachers || model)
+    distill_temperature: float = 1.0  # softmax temperature of the distillation term
     description: str = ""
 
     @classmethod
@@ -99,6 +101,11 @@ class Recipe:
             out.append(f"precision must be one of {', '.join(PRECISIONS)}, got {self.precision!r}")
         if self.schedule not in SCHEDULES:
             out.append(f"schedule must be one of {', '.join(SCHEDULES)}, got {self.schedule!r}")
+        weight, temperature = self.distill_weight, self.distill_temperature
+        if not isinstance(weight, (int, float)) or not 0 <= weight <= 1:
+            out.append(f"distill_weight must be in [0, 1], got {weight!r}")
+        if not isinstance(temperature, (int, float)) or not temperature > 0:
+            out.append(f"distill_temperature must be a number > 0, got {temperature!r}")
         ls = self.label_smoothing
         if not isinstance(ls, (int, float)) or not 0 <= ls < 1:
             out.append(f"label_smoothing must be in [0, 1), got {ls!r}")

@@ -38,6 +38,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .batching import collate
 from .checkpoint import load_checkpoint, read_meta, restore_training, save_checkpoint
+from .distill import distillation_loss, load_teachers, teacher_logits
 from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
 from .recipe import SCHEDULES, Recipe
@@ -45,6 +46,7 @@ from .tasks import Task, encode_pairs, load_task, make_batches
 
 # What a checkpoint's train_state.json carries from one train() call to the next.
 RUN_STATE_KEYS = ("step", "epoch", "batch_in_epoch", "best", "seed", "finished", "epochs")
+RUN_STATE_KEYS += ("teachers",)
 
 
 def learning_rate(
@@ -86,13 +88,19 @@ def refuse_existing_run(out: str | Path) -> None:
 
 
 def _new_run(
-    task: Task | None, recipe: Recipe, out: Path, seed: int, init_from: Path | None
+    task: Task | None,
+    recipe: Recipe,
+    out: Path,
+    seed: int,
+    init_from: Path | None,
+    teachers: list[str],
 ) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any], Task]:
     """Refuse an `out` that holds a run; build (or, with `init_from`, load) tokenizers and
     model, and a fresh state."""
     refuse_existing_run(out)
     torch.manual_seed(seed)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None, "seed": seed}
+    state["teachers"] = teachers
     if init_from is None:
         if task is None:
             raise ConfigError("a new run needs a task (or --init-from a checkpoint)")
@@ -170,6 +178,7 @@ def train(
     max_steps: int | None = None,
     threads: int | None = None,
     progress: bool = True,
+    teachers: list[str | Path] | None = None,
 ) -> dict[str, Any]:
     """Train `task` with `recipe` into directory `out`; return a summary dict.
 
@@ -178,20 +187,25 @@ def train(
     and dropout (logged), not the model shape. With `init_from`, a new run starts from that
     checkpoint's weights, tokenizers and task, with a fresh optimizer and schedule. `epochs`
     overrides the recipe's; training stops cleanly (evaluation + checkpoint) after
-    `max_minutes` or `max_steps` (this call)."""
+    `max_minutes` or `max_steps` (this call). With `teachers` (checkpoints with the model's
+    tokenizers), a new run also learns their next-token distributions (build_model.distill;
+    recipe fields distill_weight, distill_temperature); a resumed run keeps its teachers."""
     out = Path(out)
     if threads:
         torch.set_num_threads(threads)
     changed: dict[str, Any] = {}
     if resume and init_from is not None:
         raise ConfigError("--init-from starts a new run; it cannot be combined with --resume")
+    if resume and teachers:
+        raise ConfigError("--teacher is fixed when a run starts; --resume keeps the run's own")
     if resume:
         model, tokenizers, state, recipe, task, changed = _resumed_run(task, recipe, out)
     elif recipe is None:
         raise ConfigError("a new run needs a recipe")
     else:
         init = Path(init_from) if init_from is not None else None
-        model, tokenizers, state, task = _new_run(task, recipe, out, seed, init)
+        names = [str(t) for t in teachers or []]
+        model, tokenizers, state, task = _new_run(task, recipe, out, seed, init, names)
     total_epochs = epochs or state.get("epochs") or recipe.epochs
     if resume and state["epoch"] >= total_epochs:
         message = f"already trained {state['epoch']} epochs; pass a larger --epochs"
@@ -247,6 +261,9 @@ class Trainer:
         self.info = {"step": state["step"], "seed": state["seed"], "task": task.describe()}
         self.info.update(recipe=recipe.to_dict(), params=params, dropped_too_long=dropped)
         self.info["train_examples"] = len(self.examples)
+        self.teachers = load_teachers(state.get("teachers") or [], tokenizers, model.cfg)
+        if self.teachers:
+            self.info["teachers"] = state["teachers"]
         self.total_steps = self.count_steps(epochs) if recipe.schedule == "linear" else None
         if self.total_steps is not None:
             self.info["total_steps"] = self.total_steps
@@ -265,7 +282,8 @@ class Trainer:
 
     def train_step(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[float, float]:
         """One update on src (B, S), tgt_in (B, T), tgt_out (B, T); returns the label-smoothed
-        loss it minimised and the plain cross-entropy (comparable with the dev loss)."""
+        loss it minimised (mixed with the distillation term when the run has teachers) and the
+        plain cross-entropy (comparable with the dev loss)."""
         cfg, recipe = self.model.cfg, self.recipe
         self.state["step"] += 1
         step = self.state["step"]
@@ -280,6 +298,15 @@ class Trainer:
         targets = tgt_out.reshape(-1)  # (B * T,)
         smoothing = recipe.label_smoothing
         loss = F.cross_entropy(logits, targets, ignore_index=cfg.pad_id, label_smoothing=smoothing)
+        if self.teachers:
+            bf16 = recipe.precision == "bf16"
+            teachers = [
+                t.reshape(logits.shape) for t in teacher_logits(self.teachers, src, tgt_in, bf16)
+            ]
+            kd = distillation_loss(
+                logits, teachers, targets != cfg.pad_id, recipe.distill_temperature
+            )
+            loss = (1 - recipe.distill_weight) * loss + recipe.distill_weight * kd
         with torch.no_grad():
             nll = F.cross_entropy(logits, targets, ignore_index=cfg.pad_id)
         self.optimizer.zero_grad(set_to_none=True)
