@@ -40,8 +40,8 @@ def load_teachers(
     for path in paths:
         if not Path(path).exists():
             raise CheckpointError(
-                f"teacher {path} does not exist; pass the checkpoint directories the run was "
-                "started with (see the 'start' line of OUT/log.jsonl)"
+                f"teacher {path} does not exist; give an existing checkpoint (a resumed run "
+                "needs its teachers where they were when it started)"
             )
         model, teacher_tokenizers, _ = load_checkpoint(path)
         for side in ("source", "target"):

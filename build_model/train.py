@@ -204,7 +204,7 @@ def train(
         raise ConfigError("a new run needs a recipe")
     else:
         init = Path(init_from) if init_from is not None else None
-        names = [str(t) for t in teachers or []]
+        names = [str(Path(t).resolve()) for t in teachers or []]  # resumable from anywhere
         model, tokenizers, state, task = _new_run(task, recipe, out, seed, init, names)
     total_epochs = epochs or state.get("epochs") or recipe.epochs
     if resume and state["epoch"] >= total_epochs:

@@ -27,7 +27,7 @@ def teacher(small_reverse_task, small_recipe_factory, tmp_path_factory) -> Path:
     """A reverse model trained 60 steps: OUT/last."""
     out = tmp_path_factory.mktemp("teacher") / "run"
     train(small_reverse_task, small_recipe_factory(epochs=10), out, max_steps=60, progress=False)
-    return out / "last"
+    return (out / "last").resolve()
 
 
 def _log(run: Path) -> list[dict]:
@@ -112,10 +112,14 @@ def test_recipe_checks_the_distillation_fields(small_recipe_factory) -> None:
     assert "distill_temperature must be a number > 0" in str(info.value)
 
 
-def test_train_command_takes_teachers(teacher: Path, small_recipe_factory, tmp_path: Path) -> None:
+def test_train_command_takes_teachers(
+    teacher: Path, small_recipe_factory, tmp_path: Path, monkeypatch
+) -> None:
+    """A relative --teacher is recorded as an absolute path, so --resume works from anywhere."""
     recipe = tmp_path / "r.json"
     recipe.write_text(json.dumps(small_recipe_factory(epochs=1).to_dict()))
-    args = ["train", "--init-from", str(teacher), "--teacher", str(teacher), "--recipe"]
+    monkeypatch.chdir(teacher.parent)
+    args = ["train", "--init-from", str(teacher), "--teacher", teacher.name, "--recipe"]
     result = CliRunner().invoke(cli, [*args, str(recipe), "--out", str(tmp_path / "r"), "--quiet"])
     assert result.exit_code == 0, result.output
     assert _log(tmp_path / "r")[0]["teachers"] == [str(teacher)]
