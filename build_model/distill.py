@@ -76,8 +76,9 @@ def teacher_logits(
 def distillation_loss(
     student_logits: Tensor, teachers_logits: Sequence[Tensor], mask: Tensor, temperature: float
 ) -> Tensor:
-    """Mean over positions where `mask` (B, T) is true of temperature² · KL(p ‖ q), p the mean
-    of the teachers' softmax(logits / temperature) and q the student's, all (B, T, V)."""
+    """Mean over positions where `mask` is true of temperature² · KL(p ‖ q), p the mean of the
+    teachers' softmax(logits / temperature) and q the student's. Logits are (..., V), e.g.
+    (B, T, V) or flattened (B * T, V), and `mask` has their leading shape."""
     t = float(temperature)
     probs = torch.stack([F.softmax(logits / t, dim=-1) for logits in teachers_logits]).mean(0)
     log_q = F.log_softmax(student_logits.float() / t, dim=-1)

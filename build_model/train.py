@@ -46,7 +46,7 @@ from .tasks import Task, encode_pairs, load_task, make_batches
 
 # What a checkpoint's train_state.json carries from one train() call to the next.
 RUN_STATE_KEYS = ("step", "epoch", "batch_in_epoch", "best", "seed", "finished", "epochs")
-RUN_STATE_KEYS += ("teachers",)
+RUN_STATE_KEYS += ("teachers",)  # checkpoint paths of a distilling run (build_model.distill)
 
 
 def learning_rate(
@@ -88,19 +88,13 @@ def refuse_existing_run(out: str | Path) -> None:
 
 
 def _new_run(
-    task: Task | None,
-    recipe: Recipe,
-    out: Path,
-    seed: int,
-    init_from: Path | None,
-    teachers: list[str],
+    task: Task | None, recipe: Recipe, out: Path, seed: int, init_from: Path | None
 ) -> tuple[Seq2SeqTransformer, TokenizerPair, dict[str, Any], Task]:
     """Refuse an `out` that holds a run; build (or, with `init_from`, load) tokenizers and
     model, and a fresh state."""
     refuse_existing_run(out)
     torch.manual_seed(seed)
     state = {"step": 0, "epoch": 0, "batch_in_epoch": 0, "best": None, "seed": seed}
-    state["teachers"] = teachers
     if init_from is None:
         if task is None:
             raise ConfigError("a new run needs a task (or --init-from a checkpoint)")
@@ -204,8 +198,8 @@ def train(
         raise ConfigError("a new run needs a recipe")
     else:
         init = Path(init_from) if init_from is not None else None
-        names = [str(Path(t).resolve()) for t in teachers or []]  # resumable from anywhere
-        model, tokenizers, state, task = _new_run(task, recipe, out, seed, init, names)
+        model, tokenizers, state, task = _new_run(task, recipe, out, seed, init)
+        state["teachers"] = [str(Path(t).resolve()) for t in teachers or []]  # resumable anywhere
     total_epochs = epochs or state.get("epochs") or recipe.epochs
     if resume and state["epoch"] >= total_epochs:
         message = f"already trained {state['epoch']} epochs; pass a larger --epochs"
