@@ -25,8 +25,8 @@ from edgeseq.runtime.tokenizer import KINDS
 from .checkpoint import average_checkpoints, grow_checkpoint, load_checkpoint
 from .evaluation import evaluate_model
 from .recipe import Recipe
+from .run import refuse_existing_run
 from .tasks import TASK_NAMES, load_task
-from .train import refuse_existing_run
 from .train import train as train_run
 
 

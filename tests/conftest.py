@@ -184,3 +184,28 @@ def small_recipe_factory():
     from edgeseq.build_model.train import Recipe
 
     return lambda **overrides: Recipe.from_dict({**SMALL_RECIPE, **overrides})
+
+
+@pytest.fixture(scope="session")
+def trained_run(small_reverse_task, small_recipe_factory, tmp_path_factory):
+    """120 steps (~9 epochs) on the small reverse task: the run directory and the summary
+    (shared by the train, evaluate and grow tests)."""
+    import torch
+
+    from edgeseq.build_model.train import train
+
+    out = tmp_path_factory.mktemp("run") / "rev"
+    threads = torch.get_num_threads()
+    try:
+        summary = train(
+            small_reverse_task,
+            small_recipe_factory(epochs=20),
+            out,
+            seed=0,
+            max_steps=120,
+            threads=1,
+            progress=False,
+        )
+    finally:
+        torch.set_num_threads(threads)
+    return out, summary

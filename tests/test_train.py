@@ -11,7 +11,7 @@ import torch
 from click.testing import CliRunner
 from safetensors import safe_open
 
-from edgeseq.build_model.checkpoint import load_checkpoint, save_checkpoint, stacked_layer_map
+from edgeseq.build_model.checkpoint import load_checkpoint, save_checkpoint
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.train import Recipe, learning_rate, train
 from edgeseq.runtime.cli import cli, main
@@ -19,26 +19,6 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import CheckpointError, ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def trained_run(small_reverse_task, small_recipe_factory, tmp_path_factory) -> tuple[Path, dict]:
-    """120 steps (~9 epochs) on the small reverse task: the run directory and the summary."""
-    out = tmp_path_factory.mktemp("run") / "rev"
-    threads = torch.get_num_threads()
-    try:
-        summary = train(
-            small_reverse_task,
-            small_recipe_factory(epochs=20),
-            out,
-            seed=0,
-            max_steps=120,
-            threads=1,
-            progress=False,
-        )
-    finally:
-        torch.set_num_threads(threads)
-    return out, summary
 
 
 def _weights(model: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -365,53 +345,3 @@ def test_keep_epochs_and_average(small_reverse_task, small_recipe_factory, tmp_p
     for name, value in model16.state_dict().items():
         assert value.dtype == torch.float32, name
         torch.testing.assert_close(value, full[name].half().float(), rtol=0, atol=0, msg=name)
-
-
-def test_stacked_layer_map() -> None:
-    assert stacked_layer_map(3, 6) == [0, 0, 1, 1, 2, 2]
-    assert stacked_layer_map(3, 4) == [0, 0, 1, 2]
-    assert stacked_layer_map(2, 2) == [0, 1]
-    with pytest.raises(ConfigError, match="cannot drop layers"):
-        stacked_layer_map(3, 2)
-
-
-def test_grow_copies_trained_layers_and_trains_on(
-    trained_run, small_recipe_factory, tmp_path: Path
-) -> None:
-    """`edgeseq grow` writes a deeper checkpoint whose layers are copies of the trained ones;
-    `train --init-from` with a recipe of the new depth continues from it."""
-    run, _ = trained_run
-    source, _, _ = load_checkpoint(run / "last")
-    n_enc, n_dec = source.cfg.n_encoder_layers, source.cfg.n_decoder_layers
-    out = tmp_path / "grown"
-    args = ["grow", str(run / "last"), "--out", str(out)]
-    args += ["--encoder-layers", str(n_enc + 1), "--decoder-layers", str(2 * n_dec)]
-    result = CliRunner().invoke(cli, args)
-    assert result.exit_code == 0, result.output
-    assert "parameters" in result.output and "d_ff" not in result.output  # depth only
-    grown, _, meta = load_checkpoint(out)
-    assert (grown.cfg.n_encoder_layers, grown.cfg.n_decoder_layers) == (n_enc + 1, 2 * n_dec)
-    layers = meta.train_state["grown_layers"]
-    assert layers["encoder"] == stacked_layer_map(n_enc, n_enc + 1)
-    assert layers["decoder"] == stacked_layer_map(n_dec, 2 * n_dec)
-    old, new = source.state_dict(), grown.state_dict()
-    for name, value in new.items():
-        for prefix, mapping in (
-            ("encoder_layers.", layers["encoder"]),
-            ("decoder_layers.", layers["decoder"]),
-        ):
-            if name.startswith(prefix):
-                index, rest = name[len(prefix) :].split(".", 1)
-                name = f"{prefix}{mapping[int(index)]}.{rest}"
-        torch.testing.assert_close(value, old[name], rtol=0, atol=0)
-    recipe = small_recipe_factory(epochs=1, n_encoder_layers=n_enc + 1, n_decoder_layers=2 * n_dec)
-    train(None, recipe, tmp_path / "deeper", init_from=out, progress=False)
-    continued, _, _ = load_checkpoint(tmp_path / "deeper" / "last")
-    assert continued.cfg.n_decoder_layers == 2 * n_dec
-    shrink_args = ["grow", str(out), "--out", str(tmp_path / "x")]
-    shrink_args += ["--encoder-layers", "1", "--decoder-layers", "1"]
-    shrink = CliRunner().invoke(cli, shrink_args)
-    assert shrink.exit_code != 0 and "cannot drop layers" in str(shrink.exception)
-    onto_run = CliRunner().invoke(cli, [*args[:2], "--out", str(run), *args[4:]])
-    assert onto_run.exit_code != 0 and "choose a new directory" in str(onto_run.exception)
-    assert (run / "last" / "model.safetensors").is_file()
