@@ -40,6 +40,7 @@ from .checkpoint import restore_training, save_checkpoint
 from .distill import distillation_loss, load_teachers, teacher_logits
 from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
+from .precision import warn_if_bf16_slow
 from .recipe import SCHEDULES, Recipe
 from .run import new_run, resumed_run
 from .tasks import Task, encode_pairs, make_batches
@@ -117,6 +118,9 @@ def train(
     if resume:
         restore_training(out / "last", trainer.optimizer)
     start = {"resume": resume, "threads": torch.get_num_threads(), **trainer.info}
+    slowdown = warn_if_bf16_slow(recipe)
+    if slowdown is not None:
+        start["bf16_vs_fp32"] = round(slowdown, 2)
     if init_from is not None:
         start["init_from"] = str(init_from)
     if changed:

@@ -54,7 +54,8 @@ class _WarningEcho(logging.Handler):
         click.echo(f"warning: {record.getMessage()}", err=True)
 
 
-def _install_warning_echo() -> None:
+def install_warning_echo() -> None:
+    """Route the `edgeseq` loggers' warnings to stderr as `warning: ...` lines (idempotent)."""
     logger = logging.getLogger("edgeseq")
     if not any(isinstance(h, _WarningEcho) for h in logger.handlers):
         handler = _WarningEcho(logging.WARNING)
@@ -268,7 +269,7 @@ def generate(
         batch_size=batch_size,
         truncate=truncate,
     )
-    _install_warning_echo()
+    install_warning_echo()
     generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
     lines = read_inputs(texts, input_file)
     sources = encode_inputs(generator, lines, truncate)

@@ -179,8 +179,9 @@ def test_resume_may_change_training_fields_and_dropout(
     assert summary["finished"] and summary["epoch"] == 2
     starts = [json.loads(line) for line in (tmp_path / "log.jsonl").read_text().splitlines()]
     starts = [r for r in starts if r["event"] == "start"]
-    assert "recipe_changed" not in starts[0]
+    assert "recipe_changed" not in starts[0] and "bf16_vs_fp32" not in starts[0]
     assert starts[1]["recipe_changed"]["precision"] == ["fp32", "bf16"]
+    assert starts[1]["bf16_vs_fp32"] > 0  # measured on this CPU when the run uses bf16
     assert starts[1]["recipe_changed"]["bucket_noise"][1] == 0.0
     _, _, meta = load_checkpoint(tmp_path / "last")
     assert meta.train_state["recipe"]["precision"] == "bf16"
