@@ -35,7 +35,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .convert import FP16_KEPT_OPS, REQUIRED_OPERATORS_FILE, convert_fp16, convert_ort
 from .heldout import HeldOut
-from .quantize import OUTPUT_GROUP, PER_CHANNEL, graph_groups, quantize_graph
+from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
 from .verify import LEVEL3_BATCH, _padded, open_engine
 
 VARIANT_NAMES = ("fp32", "int8", "fp16", "ort")
@@ -66,6 +66,7 @@ class VariantOptions:
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP  # points; int8 searches to meet it
     quantize_all: bool = False  # int8: also the output projection and embeddings
     per_channel: bool = PER_CHANNEL  # int8: one scale per output channel
+    reduce_range: bool = REDUCE_RANGE  # int8: 7-bit weights, no saturation without VNNI
     speed_inputs: int = SPEED_INPUTS
 
 
@@ -178,6 +179,7 @@ def _build_int8(
                 excluded,
                 quantize_all=options.quantize_all,
                 per_channel=options.per_channel,
+                reduce_range=options.reduce_range,
             )
             for key in done:
                 done[key] += nodes[key]
@@ -188,6 +190,7 @@ def _build_int8(
         return {
             "method": "onnxruntime quantize_dynamic: int8 weights, uint8 activations at run time",
             "per_channel": options.per_channel,
+            "reduce_range": options.reduce_range,
             "quantize_all": options.quantize_all,
             "quantized_nodes": len(nodes["quantized"]),
             "fp32_nodes": nodes["kept"],

@@ -104,6 +104,20 @@ def test_manifest_lists_each_variant_with_files_sizes_gate_and_speed(exported) -
         assert text in output, text
 
 
+def test_int8_weights_use_seven_bits(exported) -> None:
+    """reduce_range: |w| <= 64 in every int8 weight, so uint8 x int8 pairs summed in int16
+    (x86 without VNNI) cannot saturate wherever the bundle runs."""
+    _, bundle, _ = exported
+    table = _manifest(bundle)["variants"]
+    weights = [
+        onnx.numpy_helper.to_array(init)
+        for graph in ("encoder", "decoder")
+        for init in onnx.load(str(bundle / table["int8"][graph])).graph.initializer
+        if init.data_type == onnx.TensorProto.INT8
+    ]
+    assert weights and max(int(abs(w.astype(int)).max()) for w in weights) <= 64
+
+
 def test_int8_agreement_and_metric_are_measured_on_the_trained_model(exported) -> None:
     _, bundle, _ = exported
     table = _manifest(bundle)["variants"]
@@ -114,6 +128,7 @@ def test_int8_agreement_and_metric_are_measured_on_the_trained_model(exported) -
     assert gate["drop_points"] == pytest.approx(100 * (gate["fp32"] - gate["variant"]), abs=1e-3)
     quantization = table["int8"]["quantization"]
     assert quantization["quantized_nodes"] > 0 and quantization["excluded_groups"] == []
+    assert quantization["reduce_range"] is True
     decoder = onnx.load(str(bundle / table["int8"]["decoder"]))
     ops = {n.name: n.op_type for n in decoder.graph.node}
     assert "MatMulInteger" in ops.values()
