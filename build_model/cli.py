@@ -17,7 +17,6 @@ import click
 import numpy as np
 import torch
 
-from edgeseq.runtime.cli_generate import install_warning_echo
 from edgeseq.runtime.errors import ConfigError, OptionsError
 from edgeseq.runtime.search import beam_search
 from edgeseq.runtime.step import StepModel
@@ -161,7 +160,6 @@ def train(
         raise ConfigError("a new run needs --task (or --init-from a checkpoint)")
     if not resume:
         refuse_existing_run(out)  # before the slow data loading
-    install_warning_echo()  # e.g. a bf16 recipe on a CPU without native bfloat16
     loaded_recipe = Recipe.load(recipe) if recipe is not None else None
     loaded_task = None
     if task is not None:

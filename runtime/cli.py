@@ -8,6 +8,7 @@ it; listing `edgeseq --help` imports none of them, so a torch-free install lists
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 import click
@@ -59,6 +60,21 @@ class LazyGroup(click.Group):
             formatter.write_dl(rows)
 
 
+class _WarningEcho(logging.Handler):
+    """Print edgeseq log warnings (the CUDA fallback, a slow bf16 recipe) as `warning: ...`
+    on stderr."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        click.echo(f"warning: {record.getMessage()}", err=True)
+
+
+def install_warning_echo() -> None:
+    """Route the `edgeseq` loggers' warnings to stderr as `warning: ...` lines (idempotent)."""
+    logger = logging.getLogger("edgeseq")
+    if not any(isinstance(h, _WarningEcho) for h in logger.handlers):
+        logger.addHandler(_WarningEcho(logging.WARNING))
+
+
 @click.group(cls=LazyGroup)
 @click.version_option(package_name="edgeseq")
 def cli() -> None:
@@ -70,6 +86,7 @@ def cli() -> None:
       edgeseq export runs/rev/best --out bundles/rev
       edgeseq generate bundles/rev "abcdef"
     """
+    install_warning_echo()  # every command: library warnings become one stderr line
 
 
 def main(argv: list[str] | None = None) -> None:

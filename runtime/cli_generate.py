@@ -10,7 +10,6 @@ Input handling (also in `--help` and docs/runtime.md): see `INPUT_RULES`.
 from __future__ import annotations
 
 import json
-import logging
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,21 +44,6 @@ class InputLine:
     number: int
     text: str
     replaced: bool = False
-
-
-class _WarningEcho(logging.Handler):
-    """Print edgeseq log warnings (e.g. the CUDA fallback) as `warning: ...` on stderr."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        click.echo(f"warning: {record.getMessage()}", err=True)
-
-
-def install_warning_echo() -> None:
-    """Route the `edgeseq` loggers' warnings to stderr as `warning: ...` lines (idempotent)."""
-    logger = logging.getLogger("edgeseq")
-    if not any(isinstance(h, _WarningEcho) for h in logger.handlers):
-        handler = _WarningEcho(logging.WARNING)
-        logger.addHandler(handler)
 
 
 def warn(message: str) -> None:
@@ -269,7 +253,6 @@ def generate(
         batch_size=batch_size,
         truncate=truncate,
     )
-    install_warning_echo()
     generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
     lines = read_inputs(texts, input_file)
     sources = encode_inputs(generator, lines, truncate)
