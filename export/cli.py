@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli_bundle import format_attempts, format_variants
+from edgeseq.runtime.cli_bundle import format_attempts, format_parity, format_variants
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError, ParityError
 from edgeseq.runtime.manifest import check_files, read_manifest
@@ -27,7 +27,7 @@ from edgeseq.runtime.manifest import check_files, read_manifest
 from .bundle import export_bundle, refuse_existing
 from .heldout import heldout_sources
 from .variants import DEFAULT_MAX_METRIC_DROP, GateError, VariantOptions, parse_variants
-from .verify import LEVEL3_MIN_INPUTS, check_parity, format_report, open_engine, run_parity
+from .verify import LEVEL3_MIN_INPUTS, check_parity, open_engine, run_parity
 
 Progress = Callable[[str], None]
 
@@ -140,7 +140,7 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     if parity.get("skipped"):
         lines.append("parity: skipped (--no-verify); the manifest records verified: false")
     else:
-        lines.append(format_report(parity))
+        lines.append(format_parity(parity))
     lines.append(format_variants(manifest))
     lines.append(f"total {seconds:.1f} s")
     return "\n".join(lines)
@@ -208,7 +208,7 @@ def export(
         click.echo(format_attempts(exc.attempts))
         raise
     except ParityError as exc:
-        click.echo(format_report(exc.report))
+        click.echo(format_parity(exc.report))
         raise
     click.echo(_summary(manifest, time.perf_counter() - start))
 
@@ -235,6 +235,6 @@ def verify(bundle: Path, checkpoint: Path, inputs: int) -> None:
     try:
         report = verify_bundle(bundle, checkpoint, inputs=inputs, progress=say)
     except ParityError as exc:
-        click.echo(format_report(exc.report))
+        click.echo(format_parity(exc.report))
         raise
-    click.echo(format_report(report))
+    click.echo(format_parity(report))

@@ -2,7 +2,7 @@
 
     engine = OrtStep.from_files("b/encoder.onnx", "b/decoder.onnx", model.cfg)
     report = run_parity(model, engine, sources)     # sources: held-out source id lists
-    print(format_report(report))
+    print(format_parity(report))                     # edgeseq.runtime.cli_bundle
     check_parity(report)                            # ParityError carrying the report
 
 Three levels, each reported with its numbers:
@@ -32,7 +32,6 @@ import torch
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli_bundle import format_parity
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.ort_step import OrtStep
@@ -426,8 +425,3 @@ def check_parity(report: dict[str, Any]) -> None:
     raise ParityError(
         "the exported graphs do not match PyTorch: " + "; ".join(problems), report=report
     )
-
-
-def format_report(report: dict[str, Any]) -> str:
-    """A short table of the report's numbers (shared with the torch-free `edgeseq inspect`)."""
-    return format_parity(report)

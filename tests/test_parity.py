@@ -14,12 +14,12 @@ from edgeseq.export.verify import (
     TOLERANCE_FP32,
     _decoder_feeds,
     check_parity,
-    format_report,
     open_engine,
     random_sources,
     run_parity,
 )
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.cli_bundle import format_parity
 from edgeseq.runtime.errors import ParityError
 
 
@@ -48,7 +48,7 @@ def test_parity_reruns_on_the_written_bundle(export_case) -> None:
     sources = random_sources(export_case.model, 40, seed=7)
     report = run_parity(export_case.model, _engine(export_case), sources, max_new_tokens=12)
     check_parity(report)  # does not raise
-    table = format_report(report)
+    table = format_parity(report)
     assert "decoder logits" in table and "40/40" in table and "parity passed" in table
     assert "identical beam-4 best hypotheses (first 40)" in table
 
@@ -67,7 +67,7 @@ def test_a_wrong_decoder_weight_raises_parity_error_with_numbers(export_case) ->
     level2 = info.value.report["level2"]
     assert not level2["passed"] and level2["max_abs_diff_uncached"] > level2["uncached_bound"]
     assert level2["torch_cached_vs_uncached"] < TOLERANCE_FP32  # PyTorch agrees with itself
-    assert "FAIL" in format_report(info.value.report)
+    assert "FAIL" in format_parity(info.value.report)
 
 
 def test_a_level3_mismatch_names_the_first_divergent_step(export_case) -> None:
