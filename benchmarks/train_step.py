@@ -1,6 +1,6 @@
 """Training cost on this machine: padding per `bucket_noise`, and seconds per step fp32 vs bf16.
 
-    python benchmarks/train_step.py --recipe models/recipes/g2p-en.json --task g2p --threads 2
+    python benchmarks/train_step.py --recipe models/recipes/g2p-small.json --task g2p --threads 2
 
 Padding: the share of padded positions in one epoch's batches of the task's training split
 (`tasks.make_batches` with the recipe's `batch_tokens`), for several `bucket_noise` values.

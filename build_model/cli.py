@@ -149,7 +149,8 @@ def train(
       edgeseq train --task g2p --no-stress --recipe models/recipes/g2p-small.json --out runs/g2p
       edgeseq train --task tsv --data pairs.tsv --kind bpe --recipe my.json --out runs/mt
       edgeseq train --out runs/g2p --resume --epochs 20
-      edgeseq train --init-from models/g2p-en --recipe models/recipes/g2p-en.json --out runs/ft
+      edgeseq train --init-from models/g2p-en --out runs/ft \\
+          --recipe models/g2p-en/recipes/8-dropout-0.05-7x7.json
       edgeseq train --init-from runs/a --teacher runs/a --teacher runs/b --recipe R --out runs/kd
     """
     if resume and init_from is not None:
@@ -366,7 +367,7 @@ def grow(
     \b
     Examples:
       edgeseq grow models/g2p-en --out runs/g2p-44 --encoder-layers 4 --decoder-layers 4
-      edgeseq train --init-from runs/g2p-44 --recipe models/recipes/g2p-en-deeper.json \\
+      edgeseq train --init-from runs/g2p-44 --recipe models/g2p-en/recipes/3-grow-4x4.json \\
         --out runs/g2p-deeper
       edgeseq grow models/g2p-en --out runs/g2p-wide --d-ff 1536
     """

@@ -1,5 +1,6 @@
-"""The embedded default, `models/g2p-en`: inside its size budget, loadable, of a shape that a
-recipe in `models/recipes/` builds, and with its parameter count stated in its model card."""
+"""The embedded default, `models/g2p-en`: inside its size budget, loadable, of the shape that
+the last of its stage recipes (`models/g2p-en/recipes/`) builds, with every stage recipe named
+in its model card, and with its parameter count stated there."""
 
 from __future__ import annotations
 
@@ -24,10 +25,14 @@ def test_models_directory_is_under_its_40_mb_budget() -> None:
 def test_shipped_checkpoint_loads_with_its_card_and_a_matching_recipe() -> None:
     model, _, meta = load_checkpoint(MODELS / "g2p-en")
     assert meta.task["name"] == "g2p"
-    recipes = [Recipe.load(p) for p in sorted((MODELS / "recipes").glob("*.json"))]
-    assert any(
-        all(getattr(model.cfg, key) == value for key, value in r.model.items()) for r in recipes
-    ), "no recipe in models/recipes/ has every model field of models/g2p-en/config.json"
+    stages = sorted((MODELS / "g2p-en" / "recipes").glob("*.json"))
+    assert len(stages) > 1, "models/g2p-en/recipes/ should hold one recipe per training stage"
+    last = Recipe.load(stages[-1])
+    mismatched = {k: v for k, v in last.model.items() if getattr(model.cfg, k) != v}
+    assert not mismatched, f"{stages[-1].name} disagrees with config.json on {mismatched}"
     params = sum(p.numel() for p in model.parameters())
     card = (MODELS / "g2p-en" / "README.md").read_text()
     assert f"{params / 1e6:.1f} M" in card, f"the model card should state {params / 1e6:.1f} M"
+    for stage in stages:
+        Recipe.load(stage)
+        assert stage.name in card, f"the model card should name {stage.name}"

@@ -220,7 +220,10 @@ def test_bad_recipe_names_every_problem() -> None:
 
 
 def test_shipped_recipes_are_valid() -> None:
-    for path in Path(__file__).parents[1].glob("models/recipes/*.json"):
+    root = Path(__file__).parents[1]
+    paths = [*root.glob("models/recipes/*.json"), *root.glob("models/g2p-en/recipes/*.json")]
+    assert len(paths) >= 10, paths
+    for path in paths:
         Recipe.load(path)
     small = Recipe.load(Path(__file__).parents[1] / "models/recipes/g2p-small.json")
     assert (small.model["d_model"], small.model["n_heads"], small.model["d_ff"]) == (256, 4, 1024)
