@@ -30,6 +30,7 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.tasks import load_task
 from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.runtime.metrics import score
+from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
@@ -44,9 +45,7 @@ def nbest(
     out: list[list[tuple[list[int], float]]] = [[] for _ in sources]
     for start in range(0, len(order), 64):
         rows = order[start : start + 64]
-        src = np.full((len(rows), max(len(encoded[i]) for i in rows) + 1), step.pad_id)
-        for r, i in enumerate(rows):
-            src[r, : len(encoded[i]) + 1] = [*encoded[i], step.eos_id]
+        src = right_pad([[*encoded[i], step.eos_id] for i in rows], step.pad_id)
         for i, hyps in zip(rows, beam_search(step, src, beam, None, 1.0, beam), strict=True):
             out[i] = [(list(h.tokens), h.logprob) for h in hyps]
     return out

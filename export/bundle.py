@@ -27,6 +27,7 @@ from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.bundle import version_key
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
@@ -66,10 +67,6 @@ def exporter_versions() -> dict[str, str]:
     }
 
 
-def _key(version: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in version.split("+")[0].split(".")[:3] if part.isdigit())
-
-
 def min_onnxruntime(opset: int, ir_version: int) -> str:
     """Oldest onnxruntime that runs graphs of `opset` and `ir_version`."""
     installed = exporter_versions()["onnxruntime"]
@@ -77,7 +74,7 @@ def min_onnxruntime(opset: int, ir_version: int) -> str:
         MIN_ORT_FOR_IR.get(ir_version, installed),
         MIN_ORT_FOR_OPSET.get(opset, installed),
     ]
-    return max(candidates, key=_key)
+    return max(candidates, key=version_key)
 
 
 def bundle_config(

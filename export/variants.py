@@ -30,13 +30,14 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import EdgeseqError, OptionsError
 from edgeseq.runtime.metrics import score
 from edgeseq.runtime.ort_step import OrtStep
+from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import choose_argmax, decode_steps, greedy_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .convert import FP16_KEPT_OPS, REQUIRED_OPERATORS_FILE, convert_fp16, convert_ort
 from .heldout import HeldOut
 from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
-from .verify import LEVEL3_BATCH, _padded, open_engine
+from .verify import LEVEL3_BATCH, open_engine
 
 VARIANT_NAMES = ("fp32", "int8", "fp16", "ort")
 GRAPH_FILES = {
@@ -106,7 +107,7 @@ class Reference:
         """Greedy ids of every held-out source, LEVEL3_BATCH at a time."""
         out: list[list[int]] = []
         for start in range(0, len(self.held.sources), LEVEL3_BATCH):
-            src = _padded(self.held.sources[start : start + LEVEL3_BATCH], engine.pad_id)
+            src = right_pad(self.held.sources[start : start + LEVEL3_BATCH], engine.pad_id)
             out += greedy_search(engine, src, self.max_new_tokens)
         return out
 

@@ -35,6 +35,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.ort_step import OrtStep
+from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel
 
@@ -79,14 +80,6 @@ def _max_diff(a: np.ndarray, b: np.ndarray) -> float:
     if a.shape != b.shape:
         return float("inf")
     return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
-
-
-def _padded(rows: Sequence[Sequence[int]], pad_id: int) -> np.ndarray:
-    """Right-pad id lists into int64 (B, longest)."""
-    out = np.full((len(rows), max(len(r) for r in rows)), pad_id, dtype=np.int64)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = row
-    return out
 
 
 def random_sources(model: Seq2SeqTransformer, n: int, seed: int = 0) -> list[list[int]]:
@@ -219,7 +212,7 @@ def level2_steps(
     A row's steps count up to the one whose logits chose its `</s>`: after that, the search
     ignores the row, and the states past the end are ones the model was never trained on."""
     cfg = model.cfg
-    src = _padded(sources[:LEVEL2_ROWS], cfg.pad_id)
+    src = right_pad(sources[:LEVEL2_ROWS], cfg.pad_id)
     rows = src.shape[0]
     steps = min(LEVEL2_MAX_STEPS, cfg.max_len)
     state = engine.start(src)
@@ -306,7 +299,7 @@ def level3_sequences(
     identical, mismatches = 0, []
     for start in range(0, len(sources), LEVEL3_BATCH):
         chunk = sources[start : start + LEVEL3_BATCH]
-        src = _padded(chunk, model.cfg.pad_id)
+        src = right_pad(chunk, model.cfg.pad_id)
         expected = greedy_search(reference, src, max_new_tokens)
         got = greedy_search(engine, src, max_new_tokens)
         for offset, (want, have) in enumerate(zip(expected, got, strict=True)):
@@ -340,7 +333,7 @@ def level3_beam(
     """Best beam-search hypotheses (LEVEL3_BEAM_SIZE) of both engines on `sources`."""
     identical, differing = 0, []
     for start in range(0, len(sources), LEVEL3_BATCH):
-        src = _padded(sources[start : start + LEVEL3_BATCH], reference.pad_id)
+        src = right_pad(sources[start : start + LEVEL3_BATCH], reference.pad_id)
         expected = beam_search(reference, src, LEVEL3_BEAM_SIZE, max_new)
         got = beam_search(engine, src, LEVEL3_BEAM_SIZE, max_new)
         for offset, (want, have) in enumerate(zip(expected, got, strict=True)):

@@ -29,6 +29,7 @@ from .bundle import Bundle, check_graph_pair, load_bundle
 from .config import ModelConfig
 from .errors import InputTooLongError, OptionsError
 from .ort_step import OrtBoundStep, OrtStep
+from .padding import right_pad
 from .providers import check_provider, open_sessions
 from .search import (
     Chooser,
@@ -148,10 +149,7 @@ class Generator:
 
     def _padded(self, sources: Sequence[Source]) -> np.ndarray:
         """Right-padded int64 (B, S_max) of sources' ids."""
-        out = np.full((len(sources), max(len(s.ids) for s in sources)), self.config.pad_id)
-        for row, source in enumerate(sources):
-            out[row, : len(source.ids)] = source.ids
-        return out.astype(np.int64)
+        return right_pad([s.ids for s in sources], self.config.pad_id)
 
     def _candidate(self, hyp: Hypothesis) -> Candidate:
         text = self.tokenizers.target.decode(hyp.tokens)

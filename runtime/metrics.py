@@ -20,6 +20,7 @@ from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
+from .padding import right_pad
 from .search import greedy_search
 from .step import StepModel
 from .tokenizer import TokenizerPair
@@ -130,10 +131,7 @@ def generate_texts(
     texts = [""] * len(sources)
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
-        width = max(len(encoded[i]) for i in rows) + 1
-        src_ids = np.full((len(rows), width), model.pad_id, dtype=np.int64)  # (B, S)
-        for r, i in enumerate(rows):
-            src_ids[r, : len(encoded[i]) + 1] = [*encoded[i], model.eos_id]
+        src_ids = right_pad([[*encoded[i], model.eos_id] for i in rows], model.pad_id)  # (B, S)
         for i, ids in zip(rows, search(model, src_ids, model.max_len), strict=True):
             texts[i] = tokenizers.target.decode(ids)
     return texts

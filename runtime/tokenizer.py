@@ -27,6 +27,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from .constants import BOS, EOS, PAD, SPECIAL_TOKENS, TOKENIZER_FILE, UNK
 from .errors import TokenizerError
+from .padding import right_pad
 
 KINDS = ("char", "word", "bpe")
 TARGET_TOKENIZER_FILE = "tokenizer.target.json"  # present only when target vocabulary differs
@@ -133,11 +134,7 @@ class Tokenizer:
         for ids in (e.ids for e in self.hf.encode_batch(list(texts), add_special_tokens=False)):
             ids = ([self.bos_id] if add_bos else []) + ids + ([self.eos_id] if add_eos else [])
             rows.append(ids[:max_len] if max_len is not None else ids)
-        width = max((len(r) for r in rows), default=0)
-        out = np.full((len(rows), width), self.pad_id, dtype=np.int64)
-        for i, r in enumerate(rows):
-            out[i, : len(r)] = r
-        return out
+        return right_pad(rows, self.pad_id)
 
     def decode(self, ids: Iterable[int]) -> str:
         """Text of `ids`, dropping special tokens (and everything after `</s>`)."""
