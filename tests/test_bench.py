@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from edgeseq.runtime.bench import (
-    BLOCK_TORCH,
+from edgeseq.bench.cli import parse_batch_sizes
+from edgeseq.bench.report import markdown_report
+from edgeseq.bench.timing import (
     ORT_WORKER,
     BenchSpec,
     WorkerError,
@@ -26,8 +27,7 @@ from edgeseq.runtime.bench import (
     summarize,
     time_search,
 )
-from edgeseq.runtime.cli import cli
-from edgeseq.runtime.cli_bench import markdown_report, parse_batch_sizes
+from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.manifest import read_manifest, write_manifest
 
@@ -90,7 +90,10 @@ def test_bench_without_checkpoint_is_a_torch_free_table_and_json(runtime_case, t
 
 
 def test_bench_cli_runs_where_torch_cannot_be_imported(runtime_case) -> None:
-    code = BLOCK_TORCH + "from edgeseq.runtime.cli import main; main(sys.argv[1:])"
+    code = (
+        "import sys; from edgeseq.bench.ort_worker import block_torch; block_torch(); "
+        "from edgeseq.cli.main import main; main(sys.argv[1:])"
+    )
     args = ["bench", str(runtime_case.bundle), *QUICK, "--batch-sizes", "1"]
     proc = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
@@ -129,8 +132,11 @@ def test_ort_worker_blocks_torch_and_reports_memory(runtime_case) -> None:
     result = run_isolated(ORT_WORKER, spec, bundle=str(runtime_case.bundle), variant="fp32")
     assert result["torch_imported"] is False
     assert result["peak_rss_mb"] >= result["baseline_rss_mb"] > 10
-    with pytest.raises(WorkerError, match="blocked by edgeseq bench"):
-        run_isolated(BLOCK_TORCH + "import torch", spec)
+    with pytest.raises(WorkerError, match="KeyError: 'bundle'"):
+        run_isolated(ORT_WORKER, spec)  # a worker's failure reaches the caller with its reason
+    blocked = "from edgeseq.bench.ort_worker import block_torch; block_torch(); import torch"
+    proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True)
+    assert proc.returncode != 0 and "blocked by edgeseq bench" in proc.stderr
 
 
 def test_a_variant_that_cannot_run_is_skipped_with_its_reason(runtime_case, tmp_path) -> None:
@@ -151,7 +157,7 @@ def test_a_variant_that_cannot_run_is_skipped_with_its_reason(runtime_case, tmp_
 
 
 def test_missing_matplotlib_or_torch_is_one_clear_error(runtime_case, monkeypatch) -> None:
-    from edgeseq.runtime import cli_bench
+    from edgeseq.bench import cli as cli_bench
 
     real = importlib.util.find_spec
     for module, option in (("matplotlib", "--plot"), ("torch", "--checkpoint")):

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from edgeseq.cli.main import cli
 from edgeseq.export import bundle as bundle_module
 from edgeseq.export.bundle import OutputExistsError, export_bundle
 from edgeseq.export.onnx_export import GraphInfo
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli import cli
 from edgeseq.runtime.errors import BundleError, ParityError
 from edgeseq.runtime.manifest import check_files, read_manifest
 from edgeseq.runtime.tokenizer import TARGET_TOKENIZER_FILE

@@ -15,7 +15,7 @@ from edgeseq.build_model.checkpoint import load_checkpoint, save_checkpoint
 from edgeseq.build_model.distill import distillation_loss
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.train import Recipe, train
-from edgeseq.runtime.cli import cli
+from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import CheckpointError, ConfigError
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from edgeseq.cli.main import cli
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli import cli
 from edgeseq.runtime.errors import BundleError, ParityError
 
 checkpoint = pytest.importorskip("edgeseq.build_model.checkpoint")

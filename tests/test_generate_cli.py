@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from edgeseq.runtime.cli import cli
+from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import InputTooLongError, ProviderError
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.search import GenerationOptions
@@ -135,7 +135,7 @@ def test_help_documents_the_input_rules(runtime_case) -> None:
 
 
 def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "edgeseq.runtime.cli", "generate", str(tmp_path / "nope"), "x"]
+    cmd = [sys.executable, "-m", "edgeseq.cli.main", "generate", str(tmp_path / "nope"), "x"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == f"error: bundle directory {tmp_path / 'nope'} does not exist " + (

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from edgeseq.build_model.checkpoint import load_checkpoint, save_checkpoint, stacked_layer_map
 from edgeseq.build_model.train import train
-from edgeseq.runtime.cli import cli
+from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

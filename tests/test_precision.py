@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from edgeseq.build_model import precision
 from edgeseq.build_model.recipe import Recipe
-from edgeseq.runtime.cli import cli
+from edgeseq.cli.main import cli
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -96,7 +96,7 @@ def test_without_torch_a_bundle_loads_and_generates(runtime_case) -> None:
 def test_without_torch_the_cli_generates(runtime_case) -> None:
     code = BLOCK_TORCH + textwrap.dedent(
         """
-        from edgeseq.runtime.cli import main
+        from edgeseq.cli.main import main
         main(["generate", sys.argv[1], "--provider", "cpu", "--threads", "1", "abc", "--json"])
         """
     )

@@ -14,7 +14,7 @@ from safetensors import safe_open
 from edgeseq.build_model.checkpoint import load_checkpoint, save_checkpoint
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.train import Recipe, learning_rate, train
-from edgeseq.runtime.cli import cli, main
+from edgeseq.cli.main import cli, main
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import CheckpointError, ConfigError
 

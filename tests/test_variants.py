@@ -17,8 +17,8 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
+from edgeseq.cli.main import cli, main
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli import cli, main
 from edgeseq.runtime.cli_bundle import format_attempts, inspect_bundle
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.generator import Generator

