@@ -15,19 +15,14 @@ from typing import Any
 
 import click
 import numpy as np
-import torch
 
 from edgeseq.runtime.errors import ConfigError, OptionsError
 from edgeseq.runtime.search import beam_search
 from edgeseq.runtime.step import StepModel
 from edgeseq.runtime.tokenizer import KINDS
 
-from .checkpoint import average_checkpoints, grow_checkpoint, load_checkpoint
-from .evaluation import evaluate_model
 from .recipe import Recipe
-from .run import refuse_existing_run
 from .tasks import TASK_NAMES, load_task
-from .train import train as train_run
 
 
 def _task_options(
@@ -153,6 +148,9 @@ def train(
           --recipe models/g2p-en/recipes/8-dropout-0.05-7x7.json
       edgeseq train --init-from runs/a --teacher runs/a --teacher runs/b --recipe R --out runs/kd
     """
+    from .run import refuse_existing_run  # torch: imported when run, so --help needs none
+    from .train import train as train_run
+
     if resume and init_from is not None:
         raise ConfigError("--init-from starts a new run; drop it to --resume --out")
     if not resume and recipe is None:
@@ -262,6 +260,11 @@ def evaluate(
     pronunciations); "per" (phoneme or token error rate) is the edit distance to the closest
     reference over that reference's length.
     """
+    import torch
+
+    from .checkpoint import load_checkpoint
+    from .evaluation import evaluate_model
+
     if beam is not None and beam < 1:
         raise OptionsError(f"--beam must be >= 1, got {beam}")
     if length_penalty is not None and not beam:
@@ -322,6 +325,8 @@ def average(checkpoints: tuple[Path, ...], out: Path, dtype: str) -> None:
       edgeseq evaluate runs/g2p/averaged --split dev
       edgeseq average runs/g2p/epochs/040 --out runs/g2p/ship --dtype float16
     """
+    from .checkpoint import average_checkpoints
+
     path = average_checkpoints(list(checkpoints), out, weights_dtype=dtype)
     stored = "" if dtype == "float32" else f" (weights stored as {dtype})"
     count = f"{len(checkpoints)} checkpoint{'s' if len(checkpoints) > 1 else ''}"
@@ -371,6 +376,8 @@ def grow(
         --out runs/g2p-deeper
       edgeseq grow models/g2p-en --out runs/g2p-wide --d-ff 1536
     """
+    from .checkpoint import grow_checkpoint, load_checkpoint
+
     path = grow_checkpoint(checkpoint, out, encoder_layers, decoder_layers, d_ff, seed)
     model, _, meta = load_checkpoint(path)
     layers, widths = meta.train_state["grown_layers"], meta.train_state["grown_d_ff"]

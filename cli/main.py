@@ -1,8 +1,10 @@
 """The `edgeseq` command: one click group whose commands are imported only when run.
 
-Commands that need torch (train, evaluate, export, verify, bench) live in modules that import
-it; listing `edgeseq --help` imports none of them, so a torch-free install lists and runs
-`generate` and `inspect`. Every `EdgeseqError` is printed as one line, exit code 1.
+Each command lives with its layer (runtime, build_model, export, bench) and is imported only
+when it is named. Command modules import torch and onnx inside the command body, so every
+`edgeseq COMMAND --help` works on a torch-free install; running a command that needs a missing
+optional package prints which extra to install. Every `EdgeseqError` is printed as one line,
+exit code 1.
 """
 
 from __future__ import annotations
@@ -95,6 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, prog_name="edgeseq", standalone_mode=False)
     except EdgeseqError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    except ModuleNotFoundError as exc:
+        missing = (exc.name or "").split(".")[0]
+        if missing not in OPTIONAL_MODULES:
+            raise
+        click.echo(f"error: this command needs {missing}: {TORCH_EXTRA_HINT}", err=True)
         sys.exit(1)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)

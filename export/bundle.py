@@ -1,8 +1,8 @@
 """Write a bundle: both graphs, config.json, tokenizer file(s), manifest.json with parity.
 
-    manifest = export_bundle(model, tokenizers, "bundles/rev", task=meta.task,
-                             sources=held_out_ids, source_description="reverse dev")
-    manifest = export_bundle(..., references=refs, variants=VariantOptions(("fp32", "int8")))
+    held = heldout_sources(meta.task, tokenizers, model)          # export/heldout.py
+    manifest = export_bundle(model, tokenizers, "bundles/rev", task=meta.task, held=held)
+    manifest = export_bundle(..., held=held, variants=VariantOptions(("fp32", "int8")))
 
 The recipe is load -> export encoder -> export decoder -> check -> parity -> variants (each
 behind its accuracy gate, export/variants.py) -> write. Every file
@@ -19,7 +19,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -33,9 +33,10 @@ from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .heldout import HeldOut
+from .limits import LEVEL3_MIN_INPUTS
 from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
 from .variants import VariantOptions, build_variants
-from .verify import LEVEL3_MIN_INPUTS, check_parity, open_engine, random_sources, run_parity
+from .verify import check_parity, open_engine, random_sources, run_parity
 
 # Oldest onnxruntime able to load a graph of this IR version / default-domain opset
 # (onnxruntime's version matrix); a higher value than listed falls back to the installed one.
@@ -131,11 +132,7 @@ def export_bundle(
     out: str | Path,
     *,
     task: dict[str, Any] | None = None,
-    sources: Sequence[Sequence[int]] | None = None,
-    texts: Sequence[str] | None = None,
-    source_description: str | None = None,
-    references: Sequence[Sequence[str]] | None = None,
-    target_chars: bool = False,
+    held: HeldOut | None = None,
     opset: int | None = None,
     force: bool = False,
     verify: bool = True,
@@ -145,12 +142,11 @@ def export_bundle(
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
-    `sources` are held-out source id lists (each ending with `</s>`) for parity level 3
-    (`texts` their strings, for the report); without them LEVEL3_MIN_INPUTS random sources
-    are used. `references` (acceptable target strings per source; `target_chars`: scored
-    per character) give the variants' accuracy gates a task metric; without them the gates
-    measure agreement with fp32 only. With `verify`, a parity failure raises `ParityError`,
-    a variant missing its gate `GateError`, and nothing is written."""
+    `held` holds the held-out sources (id lists ending with `</s>`) for parity level 3, their
+    texts for the report and, from a task, the references that give the variants' accuracy
+    gates a task metric (export/heldout.py); without `held` LEVEL3_MIN_INPUTS random sources
+    are used and the gates measure agreement with fp32 only. With `verify`, a parity failure
+    raises `ParityError`, a variant missing its gate `GateError`, and nothing is written."""
     say = progress or (lambda _: None)
     out = Path(out)
     refuse_existing(out, force)
@@ -159,16 +155,6 @@ def export_bundle(
     tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"
     tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
     try:
-        held = None
-        if sources is not None:
-            held = HeldOut(
-                [list(ids) for ids in sources],
-                list(texts) if texts is not None else None,
-                source_description or "held-out sources",
-                references=[list(r) for r in references] if references is not None else None,
-                task_name=(task or {}).get("name"),
-                target_chars=target_chars,
-            )
         manifest = _write_into(
             model, tokenizers, tmp, task, held, opset, verify, max_new_tokens,
             variants or VariantOptions(), say,

@@ -1,16 +1,15 @@
-"""`edgeseq export` and `edgeseq verify`: click parsing over `export_checkpoint` / `verify_bundle`.
+"""`edgeseq export` and `edgeseq verify`: click parsing over export/pipeline.py.
 
     edgeseq export runs/rev/best --out bundles/rev            # graphs + parity + manifest
     edgeseq export runs/rev/best --out bundles/rev --variants fp32,int8,fp16,ort
     edgeseq verify bundles/rev --checkpoint runs/rev/best     # re-run the three parity levels
 
-The library functions take plain arguments and a `progress` callback; the commands only
-parse options and print.
+The commands only parse options and print; the library (`export_checkpoint`, `verify_bundle`)
+is imported when a command runs, so `--help` needs neither torch nor onnx.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -18,112 +17,12 @@ from typing import Any
 
 import click
 
-from edgeseq.runtime import constants as C
 from edgeseq.runtime.cli_bundle import format_attempts, format_parity, format_variants
-from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import BundleError, ParityError
-from edgeseq.runtime.manifest import check_files, read_manifest
+from edgeseq.runtime.errors import ParityError
 
-from .bundle import export_bundle, refuse_existing
-from .heldout import heldout_sources
-from .variants import DEFAULT_MAX_METRIC_DROP, GateError, VariantOptions, parse_variants
-from .verify import LEVEL3_MIN_INPUTS, check_parity, open_engine, run_parity
+from .limits import DEFAULT_MAX_METRIC_DROP, LEVEL3_MIN_INPUTS
 
 Progress = Callable[[str], None]
-
-
-def _load(checkpoint: str | Path, say: Progress) -> tuple[Any, Any, Any]:
-    from edgeseq.build_model.checkpoint import load_checkpoint
-
-    start = time.perf_counter()
-    model, tokenizers, meta = load_checkpoint(checkpoint)
-    cfg = model.cfg
-    params = sum(p.numel() for p in model.parameters())
-    say(
-        f"load {checkpoint}: d_model {cfg.d_model}, {cfg.n_heads} heads, "
-        f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, vocab "
-        f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}, {params / 1e6:.2f} M params "
-        f"({time.perf_counter() - start:.1f} s)"
-    )
-    return model, tokenizers, meta
-
-
-def export_checkpoint(
-    checkpoint: str | Path,
-    out: str | Path,
-    *,
-    opset: int | None = None,
-    force: bool = False,
-    verify: bool = True,
-    inputs: int = LEVEL3_MIN_INPUTS,
-    variants: VariantOptions | None = None,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Export a checkpoint directory to a bundle at `out` with the `variants` (default fp32
-    only), each non-fp32 one gated on the same held-out inputs; return the manifest."""
-    say = progress or (lambda _: None)
-    refuse_existing(out, force)  # before the slow steps
-    model, tokenizers, meta = _load(checkpoint, say)
-    held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
-    if held is not None and held.warning:
-        say(f"warning: {held.warning}")
-    return export_bundle(
-        model,
-        tokenizers,
-        out,
-        task=meta.task,
-        sources=held.sources if held else None,
-        texts=held.texts if held else None,
-        source_description=held.description if held else None,
-        references=held.references if held else None,
-        target_chars=held.target_chars if held else False,
-        opset=opset,
-        force=force,
-        verify=verify,
-        variants=variants,
-        progress=say,
-    )
-
-
-def verify_bundle(
-    bundle: str | Path,
-    checkpoint: str | Path,
-    *,
-    inputs: int = LEVEL3_MIN_INPUTS,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Re-run parity levels 1-3 of `bundle` against `checkpoint`; return the report.
-
-    Raises BundleError for a tampered bundle or one exported from another model, and
-    ParityError (carrying the report) when a level fails."""
-    say = progress or (lambda _: None)
-    bundle = Path(bundle)
-    manifest = read_manifest(bundle)
-    check_files(bundle, manifest)
-    say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
-    config = json.loads((bundle / C.CONFIG_FILE).read_text(encoding="utf-8"))
-    bundle_cfg = ModelConfig.from_dict(config["model"])
-    model, tokenizers, meta = _load(checkpoint, say)
-    if bundle_cfg != model.cfg:
-        raise BundleError(
-            f"{bundle} was exported from a model with another config than {checkpoint}; "
-            "pass the checkpoint it was exported from"
-        )
-    variant = manifest["variants"]["fp32"]
-    engine = open_engine(bundle / variant["encoder"], bundle / variant["decoder"], bundle_cfg)
-    held = heldout_sources(meta.task, tokenizers, model, inputs)
-    if held.warning:
-        say(f"warning: {held.warning}")
-    report = run_parity(
-        model,
-        engine,
-        held.sources,
-        source_description=held.description,
-        texts=held.texts,
-        progress=say,
-    )
-    check_parity(report)
-    return report
 
 
 def _summary(manifest: dict[str, Any], seconds: float) -> str:
@@ -192,6 +91,9 @@ def export(
     """Export CHECKPOINT to an ONNX bundle at --out, with parity evidence in its manifest."""
     start = time.perf_counter()
     say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
+    from .pipeline import export_checkpoint
+    from .variants import GateError, VariantOptions, parse_variants
+
     options = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
     try:
         manifest = export_checkpoint(
@@ -230,6 +132,8 @@ def export(
 )
 def verify(bundle: Path, checkpoint: Path, inputs: int) -> None:
     """Re-run the parity checks of BUNDLE against the PyTorch CHECKPOINT."""
+    from .pipeline import verify_bundle
+
     start = time.perf_counter()
     say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
     try:

@@ -16,7 +16,8 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-from .verify import LEVEL3_MIN_INPUTS, random_sources
+from .limits import LEVEL3_MIN_INPUTS
+from .verify import random_sources
 
 
 @dataclass

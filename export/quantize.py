@@ -38,16 +38,14 @@ WEIGHT_OPS = ("MatMul", "Gemm")
 OTHER_GROUP = "other"
 OUTPUT_GROUP = "output projection"
 LAYER_PATTERN = re.compile(r"model\.(encoder|decoder)_layers\.(\d+)")
-# One scale per output channel: on the trained tiny reverse model it cut the mean |Δlogit| vs
-# fp32 by 17% (max by 27%) at the same speed, for 2% more bytes (docs/bundle.md, "int8").
+# One scale per output channel: closer to fp32 than one per tensor at the same speed, for a
+# few more bytes (docs/bundle.md, "int8").
 PER_CHANNEL = True
 # 7-bit weights (onnxruntime's `reduce_range`). x86 CPUs without VNNI multiply uint8 x int8
-# with VPMADDUBSW, which adds pairs of products into int16 and saturates; with 8-bit weights
-# that overflows and the int8 graph drifts from fp32. On an AVX2-only EPYC, with 8-bit
-# weights the trained tiny reverse model's gate had to keep layers in fp32 (0.84x the size)
-# and still agreed with fp32 on only 86% of 50 inputs; with 7-bit ones it passed whole. A
-# bundle is gated on the machine that exports it but runs on others, so the default is the
-# range that cannot saturate on any of them (docs/bundle.md, "int8").
+# with VPMADDUBSW, which adds pairs of products into int16 and saturates with 8-bit weights,
+# so the int8 graph drifts from fp32. A bundle is gated on the machine that exports it but
+# runs on others, so the default is the range that cannot saturate on any of them
+# (docs/bundle.md, "int8"; the measurements are in docs/experiments.md).
 REDUCE_RANGE = True
 
 

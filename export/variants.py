@@ -36,6 +36,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .convert import FP16_KEPT_OPS, REQUIRED_OPERATORS_FILE, convert_fp16, convert_ort
 from .heldout import HeldOut
+from .limits import DEFAULT_MAX_METRIC_DROP
 from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
 from .verify import LEVEL3_BATCH, open_engine
 
@@ -47,7 +48,6 @@ GRAPH_FILES = {
     "ort": ("encoder.ort", "decoder.ort"),
 }
 PRECISION = {"fp32": "fp32", "int8": "int8", "fp16": "fp16", "ort": "fp32"}
-DEFAULT_MAX_METRIC_DROP = 0.5  # percentage points of the task metric
 SPEED_INPUTS = 50  # held-out inputs decoded one at a time for tokens/s
 SPEED_REPEATS = 3  # passes per variant, interleaved; the fastest counts
 LOWER_IS_BETTER = {"wer": True, "exact_match": False, "agreement": False}

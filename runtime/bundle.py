@@ -6,7 +6,7 @@
     check_graph_pair(bundle, encoder_session, decoder_session)   # once sessions exist
 
 Every refusal is a `BundleError` naming the file and the problem. The format is written by
-`edgeseq.export` and documented in docs/bundle.md.
+the exporter (`edgeseq export`) and documented in docs/bundle.md.
 """
 
 from __future__ import annotations

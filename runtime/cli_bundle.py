@@ -35,7 +35,7 @@ def format_table(rows: list[tuple[str, ...]], indent: str = "") -> str:
 
 
 def format_parity(report: dict[str, Any]) -> str:
-    """A short table of a parity report (as written by `edgeseq.export.verify.run_parity`)."""
+    """A short table of a parity report (as the exporter writes it into the manifest)."""
     if report.get("skipped"):
         return "parity not measured (exported with --no-verify)"
     tol = report["tolerance"]

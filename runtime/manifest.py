@@ -1,6 +1,6 @@
 """`manifest.json`: what a bundle contains and the evidence it carries.
 
-Written by `edgeseq.export` (``write_manifest``), checked by the runtime (``check_files``)::
+Written by the exporter (``write_manifest``), checked by the runtime (``check_files``)::
 
     {
       "format_version": 2,                 # BUNDLE_FORMAT_VERSION of the writer

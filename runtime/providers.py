@@ -66,10 +66,8 @@ def session_options(threads: int | None = None, optimization: str = "all") -> or
     optimization level ("disabled", "basic", "extended" or "all").
 
     The intra-op pool threads do not spin while waiting for work: a decoder step is a few
-    small kernels, and spinning threads take the cores from the thread that has work. On a
-    quiet 2-core machine, g2p-en with 2 threads decoded 66 words/s at batch 1 and 381 at
-    batch 64 with spinning (onnxruntime's default), 101 and 581 without
-    (`benchmarks/session_spinning.py`, `docs/bench.md`)."""
+    small kernels, and spinning threads take the cores from the thread that has work
+    (`benchmarks/session_spinning.py` measures both; docs/bench.md has the numbers)."""
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ProviderError(f"threads must be a positive integer, got {threads!r}")
     if optimization not in OPTIMIZATION_LEVELS:

@@ -8,11 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+from edgeseq.export.limits import LEVEL3_MIN_INPUTS
+from edgeseq.export.parity_graphs import TOLERANCE_FP32, _decoder_feeds
 from edgeseq.export.verify import (
     LEVEL3_BEAM_INPUTS,
-    LEVEL3_MIN_INPUTS,
-    TOLERANCE_FP32,
-    _decoder_feeds,
     check_parity,
     open_engine,
     random_sources,

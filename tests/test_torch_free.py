@@ -57,9 +57,7 @@ def test_importing_every_runtime_module_never_imports_torch() -> None:
         """
     )
     report = json.loads(python(code).stdout)
-    assert {"bundle", "cli", "cli_generate", "generator", "providers", "search"} <= set(
-        report["modules"]
-    )
+    assert {"bundle", "cli_generate", "generator", "providers", "search"} <= set(report["modules"])
     assert report["heavy"] == []
 
 

@@ -1,0 +1,120 @@
+"""Export a checkpoint directory to a bundle, or re-verify a bundle against its checkpoint.
+
+    manifest = export_checkpoint("runs/rev/best", "bundles/rev", variants=VariantOptions(...))
+    report = verify_bundle("bundles/rev", "runs/rev/best")
+
+The library behind `edgeseq export` and `edgeseq verify` (export/cli.py parses options and
+prints): load the checkpoint, pick the held-out inputs of its task, and hand both to
+`export_bundle` or to the parity levels. Both take a `progress` callback for their lines.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.manifest import check_files, read_manifest
+
+from .bundle import export_bundle, refuse_existing
+from .heldout import heldout_sources
+from .limits import LEVEL3_MIN_INPUTS
+from .variants import VariantOptions
+from .verify import check_parity, open_engine, run_parity
+
+Progress = Callable[[str], None]
+
+
+def _load(checkpoint: str | Path, say: Progress) -> tuple[Any, Any, Any]:
+    from edgeseq.build_model.checkpoint import load_checkpoint
+
+    start = time.perf_counter()
+    model, tokenizers, meta = load_checkpoint(checkpoint)
+    cfg = model.cfg
+    params = sum(p.numel() for p in model.parameters())
+    say(
+        f"load {checkpoint}: d_model {cfg.d_model}, {cfg.n_heads} heads, "
+        f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, vocab "
+        f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}, {params / 1e6:.2f} M params "
+        f"({time.perf_counter() - start:.1f} s)"
+    )
+    return model, tokenizers, meta
+
+
+def export_checkpoint(
+    checkpoint: str | Path,
+    out: str | Path,
+    *,
+    opset: int | None = None,
+    force: bool = False,
+    verify: bool = True,
+    inputs: int = LEVEL3_MIN_INPUTS,
+    variants: VariantOptions | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Export a checkpoint directory to a bundle at `out` with the `variants` (default fp32
+    only), each non-fp32 one gated on the same held-out inputs; return the manifest."""
+    say = progress or (lambda _: None)
+    refuse_existing(out, force)  # before the slow steps
+    model, tokenizers, meta = _load(checkpoint, say)
+    held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
+    if held is not None and held.warning:
+        say(f"warning: {held.warning}")
+    return export_bundle(
+        model,
+        tokenizers,
+        out,
+        task=meta.task,
+        held=held,
+        opset=opset,
+        force=force,
+        verify=verify,
+        variants=variants,
+        progress=say,
+    )
+
+
+def verify_bundle(
+    bundle: str | Path,
+    checkpoint: str | Path,
+    *,
+    inputs: int = LEVEL3_MIN_INPUTS,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Re-run parity levels 1-3 of `bundle` against `checkpoint`; return the report.
+
+    Raises BundleError for a tampered bundle or one exported from another model, and
+    ParityError (carrying the report) when a level fails."""
+    say = progress or (lambda _: None)
+    bundle = Path(bundle)
+    manifest = read_manifest(bundle)
+    check_files(bundle, manifest)
+    say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
+    config = json.loads((bundle / C.CONFIG_FILE).read_text(encoding="utf-8"))
+    bundle_cfg = ModelConfig.from_dict(config["model"])
+    model, tokenizers, meta = _load(checkpoint, say)
+    if bundle_cfg != model.cfg:
+        raise BundleError(
+            f"{bundle} was exported from a model with another config than {checkpoint}; "
+            "pass the checkpoint it was exported from"
+        )
+    variant = manifest["variants"]["fp32"]
+    engine = open_engine(bundle / variant["encoder"], bundle / variant["decoder"], bundle_cfg)
+    held = heldout_sources(meta.task, tokenizers, model, inputs)
+    if held.warning:
+        say(f"warning: {held.warning}")
+    report = run_parity(
+        model,
+        engine,
+        held.sources,
+        source_description=held.description,
+        texts=held.texts,
+        progress=say,
+    )
+    check_parity(report)
+    return report

@@ -1,0 +1,125 @@
+"""The layout's rules hold: runtime/ stands alone, every --help works without torch, files stay
+small.
+
+runtime/ is what a deployment installs: by its syntax tree (imports and string constants
+alike) it never reaches torch, onnx, build_model, export, bench or cli. Every command's
+`--help` is checked in a fresh interpreter where torch, onnx and onnxscript cannot be imported.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from edgeseq.cli.main import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNTIME = ROOT / "runtime"
+BANNED_MODULES = ("torch", "onnx", "onnxscript", "safetensors")
+BANNED_PACKAGES = ("build_model", "export", "bench", "cli")
+# A string naming another layer as a module: "edgeseq.export", "build_model.tasks", ...
+LAYER_IN_STRING = re.compile(r"\bedgeseq\.(build_model|export|bench|cli)\b|\bbuild_model\.\w")
+MAX_LINES = 400
+SOURCE_DIRS = ("runtime", "build_model", "export", "bench", "cli", "benchmarks", "scripts", "tests")
+
+BLOCK_HEAVY = textwrap.dedent(
+    """
+    import sys
+
+    class BlockHeavy:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("torch", "onnx", "onnxscript"):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+            return None
+
+    sys.meta_path.insert(0, BlockHeavy())
+    from edgeseq.cli.main import main
+    main(sys.argv[1:])
+    """
+)
+
+
+def layer_violations(path: Path) -> list[str]:
+    """What in `path` reaches outside runtime: imports of banned modules or other layers,
+    relative imports above the package, and strings naming another layer's modules."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found = []
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level > 1:
+                found.append(f"line {node.lineno}: relative import above runtime")
+            names = [node.module or ""] if node.level == 0 else []
+        for name in names:
+            parts = name.split(".")
+            top = parts[1] if parts[0] == "edgeseq" and len(parts) > 1 else parts[0]
+            if parts[0] in BANNED_MODULES or top in BANNED_PACKAGES:
+                found.append(f"line {node.lineno}: imports {name}")
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            match = LAYER_IN_STRING.search(node.value)
+            if match:
+                found.append(f"line {node.lineno}: string names {match.group()}")
+    return found
+
+
+def test_runtime_names_no_other_layer_not_even_in_strings() -> None:
+    problems = {
+        str(path.relative_to(ROOT)): layer_violations(path)
+        for path in sorted(RUNTIME.rglob("*.py"))
+    }
+    assert {path: found for path, found in problems.items() if found} == {}
+
+
+def test_the_layer_check_catches_imports_and_strings(tmp_path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import torch\n"
+        "from edgeseq.export.verify import run_parity\n"
+        "from .. import build_model\n"
+        'WORKER = "from edgeseq.build_model.tasks import load_task"\n'
+        'PLAIN = "export the model, then build the bundle"\n',
+        encoding="utf-8",
+    )
+    found = layer_violations(bad)
+    assert [f.split(":")[0] for f in found] == ["line 1", "line 2", "line 3", "line 4"]
+
+
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_every_command_help_works_without_torch(command: str) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_HEAVY, command, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "Usage:" in proc.stdout and "--help" in proc.stdout
+
+
+def test_a_torch_command_without_torch_names_the_extra(tmp_path) -> None:
+    args = ["export", str(tmp_path / "missing-checkpoint"), "--out", str(tmp_path / "b")]
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_HEAVY, *args], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        "error: this command needs torch: install the training extra: pip install 'edgeseq[train]'"
+    ]
+
+
+def test_no_python_file_is_over_the_line_budget() -> None:
+    long = {
+        str(path.relative_to(ROOT)): n
+        for folder in SOURCE_DIRS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
+    }
+    assert long == {}
