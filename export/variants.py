@@ -31,7 +31,7 @@ from edgeseq.runtime.errors import EdgeseqError, OptionsError
 from edgeseq.runtime.metrics import score
 from edgeseq.runtime.ort_step import OrtStep
 from edgeseq.runtime.padding import right_pad
-from edgeseq.runtime.search import choose_argmax, decode_steps, greedy_search
+from edgeseq.runtime.search import greedy_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .convert import FP16_KEPT_OPS, REQUIRED_OPERATORS_FILE, convert_fp16, convert_ort
@@ -295,28 +295,27 @@ def measure_speed(
     max_new_tokens: int,
 ) -> dict[str, dict[str, Any]]:
     """Session load time and greedy tokens/s (batch 1, one thread, CPU) of each variant on
-    `sources`; SPEED_REPEATS interleaved passes, the fastest of each counts. Tokens are
-    decoder steps, `</s>` included."""
-    best = {name: {"load": float("inf"), "run": float("inf"), "tokens": 0} for name in names}
+    `sources`, timed by `edgeseq bench`'s harness (bench/timing.py): SPEED_REPEATS passes
+    per variant, interleaved, the fastest of each counts. Tokens are those generated,
+    `</s>` included."""
+    from edgeseq.bench.timing import BenchSpec, time_search
+
+    spec = BenchSpec([list(s) for s in sources], (1,), 1, 1, max_new_tokens, warmup=False)
+    best = {name: {"load": float("inf"), "rate": 0.0, "tokens": 0} for name in names}
     for _ in range(SPEED_REPEATS):
         for name in names:
             start = time.perf_counter()
             engine = _engine(directory, name, config)
             loaded = time.perf_counter()
-            tokens = 0
-            for source in sources:
-                src = np.array([source], dtype=np.int64)
-                for rows, _, _ in decode_steps(engine, src, max_new_tokens, choose_argmax):
-                    tokens += len(rows)
-            done = time.perf_counter()
+            stats = time_search(engine, spec)["1"]
             entry = best[name]
             entry["load"] = min(entry["load"], loaded - start)
-            entry["run"] = min(entry["run"], done - loaded)
-            entry["tokens"] = tokens
+            entry["rate"] = max(entry["rate"], stats["tokens_per_s"])
+            entry["tokens"] = stats["tokens"]
     return {
         name: {
             "load_seconds": round(b["load"], 4),
-            "tokens_per_second": round(b["tokens"] / b["run"], 1) if b["run"] > 0 else None,
+            "tokens_per_second": round(b["rate"], 1) if b["rate"] > 0 else None,
             "tokens": b["tokens"],
             "inputs": len(sources),
             "batch": 1,
