@@ -146,8 +146,8 @@ class Generator:
             if graph is None and search == "graph":
                 raise BundleError(
                     f"{bundle.path} has no one-graph search variant for {variant!r}; export it "
-                    "with edgeseq export --variants fp32,search (int8,search for int8), or use "
-                    "search 'auto' or 'loop'"
+                    "with edgeseq export --variants fp32,search (int8,search for int8), or choose "
+                    "search 'auto' or 'loop' (--search auto|loop)"
                 )
         return cls(bundle, step, device, graph, search)
 
