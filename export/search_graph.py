@@ -23,6 +23,8 @@ operator reads them from there). The two graphs hold disjoint weights (cross-att
 projections live only in the encoder graph; the decoder receives their outputs), so every
 weight is stored once; an initializer that both graphs carry byte for byte is moved into the
 outer graph, where both subgraphs read it. The outer graph's inputs are `SEARCH_INPUTS`.
+The operator's `pad_token_id` is -1, not the model's <pad>: it only pads `sequences` after a
+hypothesis ends (the attention mask is always fed), and a model may generate <pad> itself.
 """
 
 from __future__ import annotations
@@ -94,7 +96,8 @@ SEARCH_OUTPUTS: dict[str, dict[str, Any]] = {
     C.SEARCH_SEQUENCES: {
         "dtype": "int32",
         "shape": [C.BATCH, "num_return_sequences", "max_length"],
-        "meaning": "generated ids: <s> first, </s> left out, padded with <pad>",
+        "meaning": "generated ids: <s> first, </s> left out, then -1 to the end (a generated "
+        "<pad> stays distinguishable)",
     },
     C.SEARCH_SCORES: {
         "dtype": "float32",
@@ -269,7 +272,7 @@ def search_model(
         model_type=1,
         decoder_start_token_id=cfg.bos_id,
         eos_token_id=cfg.eos_id,
-        pad_token_id=cfg.pad_id,
+        pad_token_id=C.SEARCH_OUTPUT_PAD,  # no token id: a generated <pad> stays visible
         early_stopping=1,  # an input is done with num_beams finished hypotheses
         no_repeat_ngram_size=0,
         vocab_size=cfg.tgt_vocab_size,

@@ -130,8 +130,8 @@ def build_search_variant(
     say = progress or (lambda _: None)
     entry: dict[str, Any] = {
         "operator": "com.microsoft.BeamSearch (model_type 1: encoder-decoder)",
-        "inputs": SEARCH_INPUTS,
-        "outputs": SEARCH_OUTPUTS,
+        "inputs": [{"name": name, **spec} for name, spec in SEARCH_INPUTS.items()],
+        "outputs": [{"name": name, **spec} for name, spec in SEARCH_OUTPUTS.items()],
     }
     precisions = [p for p in C.SEARCH_FILES if p in table]
     for precision in precisions:

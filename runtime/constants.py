@@ -88,4 +88,5 @@ SEARCH_LENGTH_PENALTY = "length_penalty"  # float [1]
 SEARCH_REPETITION_PENALTY = "repetition_penalty"  # float [1]
 SEARCH_ATTENTION_MASK = "attention_mask"  # int32 [batch, src_len], 1 at real tokens
 SEARCH_SEQUENCES = "sequences"  # int32 [batch, num_return_sequences, max_length]
+SEARCH_OUTPUT_PAD = -1  # fills `sequences` after a hypothesis's last token
 SEARCH_SCORES = "sequences_scores"  # float [batch, num_return_sequences]

@@ -134,9 +134,9 @@ class GraphSearch:
         budget: int,
         options: GenerationOptions,
     ) -> list[Hypothesis]:
-        """sequences int32 (R, T) (<s> first, </s> left out, <pad> after), scores (R,) ->
+        """sequences int32 (R, T) (<s> first, </s> left out, -1 after), scores (R,) ->
         Hypotheses scored as `beam_search` scores them, best first, cut to n_best."""
-        pad, penalty = self.config.pad_id, options.length_penalty
+        pad, penalty = C.SEARCH_OUTPUT_PAD, options.length_penalty
         hyps = []
         for sequence, score in zip(sequences, scores, strict=True):
             body = sequence[1:]
