@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .bench import ORT_WORKER, TORCH_WORKER, BenchSpec, WorkerError, run_isolated, summarize
+from .bench_graph import graph_jobs, graph_vs_loop
 from .bundle import load_bundle
 from .errors import OptionsError
 
@@ -118,6 +119,7 @@ def run_benchmark(
     for variant in variants or sorted(bundle.variants, key=lambda v: (v != "fp32", v)):
         extra = dict(bundle=str(bundle.path), variant=variant, provider=provider)
         jobs[f"ort:{variant}"] = (ORT_WORKER, extra | {"optimization": optimization})
+    jobs |= graph_jobs(bundle, variants, provider, optimization)  # one-graph search variant
     results: list[dict[str, Engine]] = []
     skipped: dict[str, str] = {}
     for round_index in range(rounds):
@@ -153,4 +155,5 @@ def run_benchmark(
         "engines": [merge_rounds([r[key] for r in results if key in r]) for key in ran],
         "skipped": [{"variant": k.removeprefix("ort:"), "reason": r} for k, r in skipped.items()],
         "ratios": ratios(results),
+        "graph_vs_loop": graph_vs_loop(results),
     }

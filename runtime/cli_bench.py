@@ -23,6 +23,7 @@ import numpy as np
 
 from .bench import BenchSpec
 from .bench_compare import run_benchmark
+from .bench_graph import graph_lines
 from .bundle import Bundle, load_bundle
 from .constants import SPECIAL_TOKENS
 from .errors import EdgeseqError, MissingDependencyError, OptionsError
@@ -136,7 +137,7 @@ def markdown_report(report: dict[str, Any]) -> str:
                 _number(engine["peak_rss_mb"], 0),
             ]
             lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *notes(report)]
+    lines += ["", *graph_lines(report), *notes(report)]
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -188,3 +188,25 @@ def test_parity_group_and_its_failure(
     row["mismatches"] = [{"index": 3, "loop_ids": [5, 4], "graph_ids": [5]}]
     with pytest.raises(ParityError, match=r"beam 4 batch 1: 34/35 identical; input #3: loop"):
         check_search_parity({"passed": False, "search": bad})
+
+
+def test_bench_times_the_graph_path_next_to_the_loop(search_bundle: Path, loop_gen) -> None:
+    from edgeseq.runtime.bench import BenchSpec, measure_ort
+    from edgeseq.runtime.bench_graph import graph_jobs, graph_lines, graph_vs_loop, measure_graph
+    from edgeseq.runtime.bundle import load_bundle
+
+    bundle = load_bundle(search_bundle)
+    assert set(graph_jobs(bundle, None, "cpu", "all")) == {"ort:search-fp32", "ort:search-int8"}
+    assert set(graph_jobs(bundle, ["fp32"], "cpu", "all")) == {"ort:search-fp32"}
+    sources = [list(loop_gen.encode(t).ids) for t in TEXTS]
+    spec = BenchSpec(sources, (1, 4), repeats=1, threads=1, beam_size=2)
+    graph = measure_graph(search_bundle, "fp32", spec, "cpu", "all")
+    loop = measure_ort(search_bundle, "fp32", spec)
+    assert graph["engine"] == "onnxruntime fp32 search graph"
+    for batch in ("1", "4"):  # the same work: the same best hypotheses
+        assert graph["batches"][batch]["tokens"] == loop["batches"][batch]["tokens"]
+    ratios = graph_vs_loop([{"ort:search-fp32": graph, "ort:fp32": loop}])
+    assert set(ratios["search-fp32"]) == {"1", "4"}
+    assert all(value > 0 for value in ratios["search-fp32"].values())
+    [line] = graph_lines({"graph_vs_loop": ratios})
+    assert line.startswith("- search-fp32 (one session.run per batch) vs the fp32 loop: ")
