@@ -30,22 +30,6 @@ OPTION_CASES = [
 
 
 @pytest.fixture(scope="module")
-def search_bundle(runtime_model, tmp_path_factory) -> Path:
-    """runtime_model exported with fp32, int8 and the search variant (no parity: fast)."""
-    from edgeseq.export.bundle import export_bundle
-    from edgeseq.export.variants import VariantOptions
-
-    bundle = tmp_path_factory.mktemp("search") / "reverse-search"
-    variants = VariantOptions(("fp32", "int8", "search"))
-    task = {"name": "reverse", "options": {}}
-    export_bundle(
-        runtime_model.model, runtime_model.tokenizers, bundle, task=task, verify=False,
-        variants=variants,
-    )  # fmt: skip
-    return bundle
-
-
-@pytest.fixture(scope="module")
 def graph_gen(search_bundle: Path) -> Generator:
     return Generator.load(search_bundle, providers="cpu", threads=1)
 
