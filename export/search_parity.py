@@ -4,17 +4,20 @@
     manifest["search"] = entry          # files, inputs, outputs (docs/bundle.md)
     parity["search"] = group            # None with --no-verify
 
-For each graph precision the bundle has (fp32 always, int8 when exported) it writes
-`search.onnx` / `search.int8.onnx` (export/search_graph.py). On the level-3 inputs it then
+For each graph variant the bundle has (fp32 always, int8 and ort when exported) it writes
+`search.onnx` / `search.int8.onnx` (export/search_graph.py) / `search.ort` (the ORT-format
+conversion of search.onnx). On the level-3 inputs it then
 runs the graph and the Python loop (`beam_search` over the same precision's two graphs) at
 beam 1 (greedy) and beam `LEVEL3_BEAM_SIZE`, one input at a time and in right-padded
 batches of `LEVEL3_BATCH` (mixed lengths), and counts identical best hypotheses. fp32 must
-match on every input (`check_search_parity`); int8 reports its agreement with its own loop
-and with fp32, and the task metric of its greedy outputs next to fp32's.
+match on every input (`check_search_parity`); int8 and ort report theirs against their own
+loops, int8 also its agreement with fp32 and the task metric of its greedy outputs.
 """
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,11 +33,13 @@ from edgeseq.runtime.ort_step import OrtStep
 from edgeseq.runtime.search import GenerationOptions, Hypothesis, beam_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
+from .convert import convert_ort
 from .heldout import HeldOut
 from .search_graph import SEARCH_INPUTS, SEARCH_OUTPUTS, write_search_graph
 from .variants import GRAPH_FILES, LOWER_IS_BETTER, Reference
 from .verify import LEVEL3_BATCH, LEVEL3_BEAM_SIZE, MAX_REPORTED_MISMATCHES, _padded, open_engine
 
+SEARCH_OPERATORS_FILE = "search.required_operators.config"  # for a reduced onnxruntime build
 SEARCH_BEAMS = (1, LEVEL3_BEAM_SIZE)
 SEARCH_BATCHES = (1, LEVEL3_BATCH)
 
@@ -116,6 +121,22 @@ def _metric(
     )
 
 
+def _write_ort(directory: Path) -> dict[str, Any]:
+    """Convert search.onnx to ORT format (search.ort, with its own operator config)."""
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".search-ort-") as scratch:
+        (ort_path,), config = convert_ort([directory / C.SEARCH_FILES["fp32"]], Path(scratch))
+        shutil.move(ort_path, directory / C.SEARCH_FILES["ort"])
+        shutil.move(config, directory / SEARCH_OPERATORS_FILE)
+    return {
+        "file": C.SEARCH_FILES["ort"],
+        "precision": "fp32",
+        "format": "ort",
+        "bytes": (directory / C.SEARCH_FILES["ort"]).stat().st_size,
+        "required_operators": SEARCH_OPERATORS_FILE,
+        "converted_with_onnxruntime": ort.__version__,
+    }
+
+
 def build_search_variant(
     directory: Path,
     config: ModelConfig,
@@ -125,8 +146,9 @@ def build_search_variant(
     max_new_tokens: int | None,
     progress: Progress | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Write the search graph of every precision in `table` (fp32, int8) into `directory`;
-    return its manifest entry and, with `held` (None: --no-verify), the parity group."""
+    """Write the search graph of every graph variant in `table` that has one (fp32, int8,
+    ort) into `directory`; return its manifest entry and, with `held` (None: --no-verify),
+    the parity group."""
     say = progress or (lambda _: None)
     entry: dict[str, Any] = {
         "operator": "com.microsoft.BeamSearch (model_type 1: encoder-decoder)",
@@ -135,6 +157,10 @@ def build_search_variant(
     }
     precisions = [p for p in C.SEARCH_FILES if p in table]
     for precision in precisions:
+        if precision == "ort":
+            entry["ort"] = _write_ort(directory)
+            say(f"  search.ort: {entry['ort']['bytes'] / 1e6:.2f} MB")
+            continue
         encoder, decoder = GRAPH_FILES[precision]
         name = C.SEARCH_FILES[precision]
         info = write_search_graph(

@@ -38,7 +38,7 @@ def graph_jobs(
     (every one, or those in `variants`)."""
     jobs = {}
     for precision in bundle.manifest.get("search") or {}:
-        if precision not in ("fp32", "int8"):
+        if precision not in ("fp32", "int8", "ort"):
             continue
         if variants is None or precision in variants:
             extra = dict(bundle=str(bundle.path), precision=precision, provider=provider)

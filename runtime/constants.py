@@ -78,7 +78,8 @@ UNK = "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 
 # One-graph search variant (a com.microsoft BeamSearch node; export/search_graph.py).
-SEARCH_FILES = {"fp32": "search.onnx", "int8": "search.int8.onnx"}  # precision -> file
+# graph variant -> file ("ort": the ORT-format conversion of search.onnx)
+SEARCH_FILES = {"fp32": "search.onnx", "int8": "search.int8.onnx", "ort": "search.ort"}
 SEARCH_INPUT_IDS = "input_ids"  # int32 [batch, src_len]
 SEARCH_MAX_LENGTH = "max_length"  # int32 [1]: max_new_tokens + 1 (the leading <s> counts)
 SEARCH_MIN_LENGTH = "min_length"  # int32 [1]

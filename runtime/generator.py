@@ -25,6 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import constants as C
 from .bundle import Bundle, check_graph_pair, load_bundle
 from .config import ModelConfig
 from .errors import BundleError, InputTooLongError, OptionsError
@@ -43,8 +44,6 @@ from .search import (
 )
 from .step import StepModel
 from .tokenizer import TokenizerPair
-
-SEARCH_PRECISION = {"fp32": "fp32", "ort": "fp32", "int8": "int8"}  # graph variant -> search file
 
 
 @dataclass(frozen=True)
@@ -135,7 +134,7 @@ class Generator:
             step = OrtStep(encoder, decoder, bundle.config)
         graph = None
         if search != "loop":
-            precision = SEARCH_PRECISION.get(variant)
+            precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
             providers_list = (
                 encoder.get_providers() if device == "cuda" else ["CPUExecutionProvider"]
             )
@@ -145,9 +144,9 @@ class Generator:
             )
             if graph is None and search == "graph":
                 raise BundleError(
-                    f"{bundle.path} has no one-graph search variant for {variant!r}; export it "
-                    "with edgeseq export --variants fp32,search (int8,search for int8), or choose "
-                    "search 'auto' or 'loop' (--search auto|loop)"
+                    f"{bundle.path} has no one-graph search variant for {variant!r}; export "
+                    "it with edgeseq export --variants fp32,search (plus int8 or ort for "
+                    "those), or choose search 'auto' or 'loop' (--search auto|loop)"
                 )
         return cls(bundle, step, device, graph, search)
 

@@ -40,9 +40,9 @@ SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` take
 
 
 def search_file(bundle: Bundle, precision: str) -> Path | None:
-    """Path of the bundle's one-graph search file of `precision` ("fp32", "int8"), or None
-    when it was not exported. A file named in the manifest must also be in its checksum
-    table (BundleError otherwise)."""
+    """Path of the bundle's one-graph search file for graph variant `precision` ("fp32",
+    "int8", "ort"), or None when it was not exported. A file named in the manifest must also
+    be in its checksum table (BundleError otherwise)."""
     entry = (bundle.manifest.get("search") or {}).get(precision)
     if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
         return None
@@ -164,7 +164,7 @@ def _input_names() -> tuple[str, ...]:
 
 def search_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
     """Rows (level, check, value, result) of a parity report's "search" group for the
-    parity table: fp32 graph vs loop must be identical; int8 is reported, not gated."""
+    parity table: fp32 graph vs loop must be identical; int8 and ort are reported."""
     if not group:
         return []
     rows = []

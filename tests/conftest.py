@@ -214,7 +214,7 @@ def trained_run(small_reverse_task, small_recipe_factory, tmp_path_factory):
 # -- the one-graph search variant (issue 27) ------------------------------------------------------
 @pytest.fixture(scope="session")
 def search_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runtime_model exported with the fp32, int8 and search variants (no parity: fast)."""
+    """runtime_model exported with the fp32, int8, ort and search variants (no parity)."""
     from edgeseq.export.bundle import export_bundle
     from edgeseq.export.variants import VariantOptions
 
@@ -222,6 +222,6 @@ def search_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathF
     task = {"name": "reverse", "options": {}}
     export_bundle(
         runtime_model.model, runtime_model.tokenizers, bundle, task=task, verify=False,
-        variants=VariantOptions(("fp32", "int8", "search")),
+        variants=VariantOptions(("fp32", "int8", "ort", "search")),
     )  # fmt: skip
     return bundle

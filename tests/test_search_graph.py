@@ -99,6 +99,23 @@ def test_generator_graph_path_equals_the_loop(
         assert any(not c.finished for r in graph for c in r.nbest)  # the case is exercised
 
 
+def test_ort_format_search_graph_equals_the_loop(search_bundle: Path) -> None:
+    manifest = json.loads((search_bundle / C.MANIFEST_FILE).read_text())
+    entry = manifest["search"]["ort"]
+    assert entry["file"] == "search.ort" and entry["format"] == "ort"
+    assert entry["required_operators"] in manifest["files"]
+    operators = (search_bundle / entry["required_operators"]).read_text()
+    assert "com.microsoft;1;BeamSearch" in operators
+    graph = Generator.load(search_bundle, providers="cpu", threads=1, variant="ort")
+    loop = Generator.load(search_bundle, "cpu", 1, variant="ort", search="loop")
+    assert graph.graph_search is not None
+    options = GenerationOptions(beam_size=4, n_best=2)
+    got, want = graph.generate(TEXTS, options), loop.generate(TEXTS, options)
+    assert [[c.token_ids for c in r.nbest] for r in got] == [
+        [c.token_ids for c in r.nbest] for r in want
+    ]
+
+
 def test_int8_search_graph_agrees_with_its_loop(search_bundle: Path) -> None:
     graph = Generator.load(search_bundle, providers="cpu", threads=1, variant="int8")
     loop = Generator.load(search_bundle, "cpu", 1, variant="int8", search="loop")
@@ -180,7 +197,8 @@ def test_bench_times_the_graph_path_next_to_the_loop(search_bundle: Path, loop_g
     from edgeseq.runtime.bundle import load_bundle
 
     bundle = load_bundle(search_bundle)
-    assert set(graph_jobs(bundle, None, "cpu", "all")) == {"ort:search-fp32", "ort:search-int8"}
+    every = {"ort:search-fp32", "ort:search-int8", "ort:search-ort"}
+    assert set(graph_jobs(bundle, None, "cpu", "all")) == every
     assert set(graph_jobs(bundle, ["fp32"], "cpu", "all")) == {"ort:search-fp32"}
     sources = [list(loop_gen.encode(t).ids) for t in TEXTS]
     spec = BenchSpec(sources, (1, 4), repeats=1, threads=1, beam_size=2)
