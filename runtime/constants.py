@@ -77,7 +77,7 @@ EOS = "</s>"
 UNK = "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
 
-# One-graph search variant (a com.microsoft BeamSearch node; export/search_graph.py).
+# One-graph search variant (a com.microsoft BeamSearch node; docs/bundle.md).
 # graph variant -> file ("ort": the ORT-format conversion of search.onnx)
 SEARCH_FILES = {"fp32": "search.onnx", "int8": "search.int8.onnx", "ort": "search.ort"}
 SEARCH_INPUT_IDS = "input_ids"  # int32 [batch, src_len]

@@ -3,11 +3,11 @@
     graph = GraphSearch.open(bundle, "fp32", ["CPUExecutionProvider"], options)
     hyps = graph.search(src_ids, GenerationOptions(beam_size=4))    # as runtime/search.py
 
-The variant (`search.onnx`, `search.int8.onnx`; written by `edgeseq export --variants
-...,search`) is a `com.microsoft.BeamSearch` node around the bundle's encoder and decoder
-graphs (docs/bundle.md, "The one-graph search variant"). It runs greedy search (one beam)
-and beam search; sampling stays on the Python loop (onnxruntime's `Sampling` operator
-refuses encoder–decoders).
+The variant (`search.onnx`, `search.int8.onnx`, `search.ort`; written by `edgeseq export
+--variants ...,search`) is a `com.microsoft.BeamSearch` node around the bundle's encoder
+and decoder graphs (docs/bundle.md, "The one-graph search variant"). It runs greedy search
+(one beam) and beam search; sampling stays on the Python loop (onnxruntime's `Sampling`
+operator refuses encoder–decoders).
 
 The operator ranks finished hypotheses exactly as `beam_search` does (logprob / (tokens +
 1) ** length_penalty, `</s>` counted), but scores hypotheses still open at the step budget
