@@ -177,8 +177,22 @@ def build_search_variant(
         }
     if held is None:
         return entry, None
-    start = time.perf_counter()
     limit = max_new_tokens if max_new_tokens is not None else config.max_len
+    return entry, search_parity_group(directory, config, tokenizers, precisions, held, limit, say)
+
+
+def search_parity_group(
+    directory: Path,
+    config: ModelConfig,
+    tokenizers: TokenizerPair,
+    precisions: Sequence[str],
+    held: HeldOut,
+    limit: int,
+    say: Progress,
+) -> dict[str, Any]:
+    """The parity group of the search graphs of `precisions` (fp32 first) in `directory`
+    against their loops on `held` (see the module docstring)."""
+    start = time.perf_counter()
     sources = held.sources
     group: dict[str, Any] = {"source": held.description, "max_new_tokens": limit}
     graph_best: dict[str, dict[int, list[tuple[int, ...]]]] = {}
@@ -197,7 +211,7 @@ def build_search_variant(
         group["int8"] |= _metric(ref, graph_best["int8"][1], fp32_greedy)
     group["passed"] = group["fp32"]["passed"]
     group["seconds"] = round(time.perf_counter() - start, 2)
-    return entry, group
+    return group
 
 
 def check_search_parity(report: dict[str, Any]) -> None:

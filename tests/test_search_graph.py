@@ -212,3 +212,17 @@ def test_bench_times_the_graph_path_next_to_the_loop(search_bundle: Path, loop_g
     assert all(value > 0 for value in ratios["search-fp32"].values())
     [line] = graph_lines({"graph_vs_loop": ratios})
     assert line.startswith("- search-fp32 (one session.run per batch) vs the fp32 loop: ")
+
+
+def test_verify_reruns_the_search_group(runtime_model, search_bundle: Path, tmp_path: Path):
+    from edgeseq.build_model.checkpoint import save_checkpoint
+    from edgeseq.export.cli import verify_bundle
+
+    task = {"name": "reverse", "options": {}}
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt", runtime_model.model, runtime_model.tokenizers, task, {"step": 0}
+    )
+    report = verify_bundle(search_bundle, ckpt, inputs=40)
+    assert report["passed"] and report["search"]["passed"]
+    assert set(report["search"]) >= {"fp32", "int8", "ort"}
+    assert all(r["inputs"] == 40 for r in report["search"]["fp32"]["rows"])
