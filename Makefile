@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean node-example
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,3 +33,8 @@ format: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs bundles build *.egg-info
+
+# onnxruntime-node for examples/node (the one-graph search variant from JavaScript); the
+# tests skip the example until it is installed or when npm cannot reach the registry.
+node-example:
+	cd examples/node && npm run setup

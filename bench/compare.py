@@ -24,6 +24,7 @@ import numpy as np
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import OptionsError
 
+from .graph_worker import graph_jobs, graph_vs_loop
 from .timing import ORT_WORKER, TORCH_WORKER, BenchSpec, WorkerError, run_isolated, summarize
 
 Engine = dict[str, Any]  # one engine's result as a worker prints it (see ort_worker.measure_ort)
@@ -119,6 +120,7 @@ def run_benchmark(
     for variant in variants or sorted(bundle.variants, key=lambda v: (v != "fp32", v)):
         extra = dict(bundle=str(bundle.path), variant=variant, provider=provider)
         jobs[f"ort:{variant}"] = (ORT_WORKER, extra | {"optimization": optimization})
+    jobs |= graph_jobs(bundle, variants, provider, optimization)  # one-graph search variant
     results: list[dict[str, Engine]] = []
     skipped: dict[str, str] = {}
     for round_index in range(rounds):
@@ -154,4 +156,5 @@ def run_benchmark(
         "engines": [merge_rounds([r[key] for r in results if key in r]) for key in ran],
         "skipped": [{"variant": k.removeprefix("ort:"), "reason": r} for k, r in skipped.items()],
         "ratios": ratios(results),
+        "graph_vs_loop": graph_vs_loop(results),
     }

@@ -11,6 +11,8 @@ from typing import Any
 
 from edgeseq.runtime.errors import MissingDependencyError
 
+from .graph_worker import graph_lines
+
 
 def _number(value: float | None, digits: int = 1) -> str:
     """1234.5 -> "1,234.5"; None -> "—"."""
@@ -56,7 +58,7 @@ def markdown_report(report: dict[str, Any]) -> str:
                 _number(engine["peak_rss_mb"], 0),
             ]
             lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", *notes(report)]
+    lines += ["", *graph_lines(report), *notes(report)]
     return "\n".join(lines).rstrip() + "\n"
 
 

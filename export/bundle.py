@@ -35,7 +35,8 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 from .heldout import HeldOut
 from .limits import LEVEL3_MIN_INPUTS
 from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
-from .variants import VariantOptions, build_variants
+from .search_parity import build_search_variant, check_search_parity
+from .variants import SEARCH_VARIANT, VariantOptions, build_variants
 from .verify import check_parity, open_engine, random_sources, run_parity
 
 # Oldest onnxruntime able to load a graph of this IR version / default-domain opset
@@ -217,6 +218,16 @@ def _write_into(
         max_new_tokens=max_new_tokens,
         progress=say,
     )
+    search = None
+    if SEARCH_VARIANT in variants.names:
+        say("variant search: one BeamSearch graph per precision")
+        search, group = build_search_variant(
+            directory, model.cfg, tokenizers, table, held if verify else None, max_new_tokens, say
+        )
+        if group is not None:
+            parity["search"] = group
+            parity["passed"] = parity["passed"] and group["passed"]
+            check_search_parity(parity)
     say("write config, tokenizers, manifest")
     tokenizer_files = tokenizers.save(directory)
     _write_json(
@@ -238,4 +249,6 @@ def _write_into(
         "variants": table,
         "parity": parity,
     }
+    if search is not None:
+        manifest["search"] = search
     return write_manifest(directory, manifest)

@@ -24,6 +24,7 @@ from edgeseq.runtime.manifest import check_files, read_manifest
 from .bundle import export_bundle, refuse_existing
 from .heldout import heldout_sources
 from .limits import LEVEL3_MIN_INPUTS
+from .search_parity import check_search_parity, search_parity_group
 from .variants import VariantOptions
 from .verify import check_parity, open_engine, run_parity
 
@@ -86,7 +87,8 @@ def verify_bundle(
     inputs: int = LEVEL3_MIN_INPUTS,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Re-run parity levels 1-3 of `bundle` against `checkpoint`; return the report.
+    """Re-run parity levels 1-3 of `bundle` against `checkpoint`, and the search variant's
+    group when the bundle has one; return the report.
 
     Raises BundleError for a tampered bundle or one exported from another model, and
     ParityError (carrying the report) when a level fails."""
@@ -117,4 +119,12 @@ def verify_bundle(
         progress=say,
     )
     check_parity(report)
+    precisions = [p for p in C.SEARCH_FILES if p in (manifest.get("search") or {})]
+    if precisions:  # the one-graph search variant: its parity group again
+        group = search_parity_group(
+            bundle, bundle_cfg, tokenizers, precisions, held, model.cfg.max_len, say
+        )
+        report["search"] = group
+        report["passed"] = report["passed"] and group["passed"]
+        check_search_parity(report)
     return report

@@ -40,7 +40,8 @@ from .limits import DEFAULT_MAX_METRIC_DROP
 from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
 from .verify import LEVEL3_BATCH, open_engine
 
-VARIANT_NAMES = ("fp32", "int8", "fp16", "ort")
+SEARCH_VARIANT = "search"  # one BeamSearch graph per precision: export/search_parity.py
+VARIANT_NAMES = ("fp32", "int8", "fp16", "ort", SEARCH_VARIANT)
 GRAPH_FILES = {
     "fp32": (C.ENCODER_FILE, C.DECODER_FILE),
     "int8": ("encoder.int8.onnx", "decoder.int8.onnx"),
@@ -351,6 +352,8 @@ def build_variants(
         table["fp32"]["metric"] = ref.metric
         table["fp32"]["scores"] = {k: round(v, 6) for k, v in ref.scores.items()}
     for name in options.names[1:]:
+        if name == SEARCH_VARIANT:  # not a graph pair: built after the others
+            continue
         say(f"variant {name}")
         if name == "int8":
             entry = _build_int8(directory, config, ref, options, say)

@@ -21,6 +21,7 @@ import onnxruntime as ort
 
 from . import constants as C
 from .errors import BundleError
+from .graph_search import search_parity_rows
 from .manifest import read_manifest, sha256_file
 
 VARIANT_ORDER = ("fp32", "int8", "fp16", "ort")  # display order of the variants table
@@ -75,6 +76,7 @@ def format_parity(report: dict[str, Any]) -> str:
     if beam:
         check = f"identical beam-{beam['beam_size']} best hypotheses (first {beam['inputs']})"
         rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
+    rows += search_parity_rows(report.get("search"))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
         text = m.get("source_text", m["source_ids"])

@@ -19,6 +19,7 @@ import click
 
 from .errors import InputTooLongError
 from .generator import Generator, Result, Source
+from .graph_search import SEARCH_MODES
 from .providers import PROVIDER_CHOICES
 from .search import GenerationOptions
 
@@ -203,6 +204,16 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     show_default=True,
     help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them).",
 )
+@click.option(
+    "--search",
+    "search_mode",
+    type=click.Choice(SEARCH_MODES),
+    default="auto",
+    show_default=True,
+    help="auto: greedy and beam search run in the bundle's one-graph search variant when "
+    "it has one (one onnxruntime call per batch), else in the Python loop; graph: insist on "
+    "the variant; loop: always the Python loop. Sampling and --stream use the loop.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
 @click.option(
     "--truncate", is_flag=True, help="Cut over-long inputs to max_len instead of failing."
@@ -227,6 +238,7 @@ def generate(
     provider: str,
     threads: int | None,
     variant: str,
+    search_mode: str,
     as_json: bool,
     truncate: bool,
     stream: bool,
@@ -240,6 +252,9 @@ def generate(
         raise click.UsageError("--n-best prints its list with --json only")
     if stream and (as_json or beam > 1):
         raise click.UsageError("--stream works with greedy or sampling and plain output")
+    if search_mode == "graph" and (sample or stream):
+        raise click.UsageError("--search graph runs greedy and beam search; --sample and "
+                               "--stream run on the Python loop (use --search auto)")  # fmt: skip
     options = GenerationOptions(
         max_new_tokens=max_new_tokens,
         beam_size=beam,
@@ -253,7 +268,9 @@ def generate(
         batch_size=batch_size,
         truncate=truncate,
     )
-    generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
+    generator = Generator.load(
+        bundle, providers=provider, threads=threads, variant=variant, search=search_mode
+    )
     lines = read_inputs(texts, input_file)
     sources = encode_inputs(generator, lines, truncate)
     if stream:

@@ -76,3 +76,18 @@ BOS = "<s>"
 EOS = "</s>"
 UNK = "<unk>"
 SPECIAL_TOKENS = (PAD, BOS, EOS, UNK)
+
+# One-graph search variant (a com.microsoft BeamSearch node; docs/bundle.md).
+# graph variant -> file ("ort": the ORT-format conversion of search.onnx)
+SEARCH_FILES = {"fp32": "search.onnx", "int8": "search.int8.onnx", "ort": "search.ort"}
+SEARCH_INPUT_IDS = "input_ids"  # int32 [batch, src_len]
+SEARCH_MAX_LENGTH = "max_length"  # int32 [1]: max_new_tokens + 1 (the leading <s> counts)
+SEARCH_MIN_LENGTH = "min_length"  # int32 [1]
+SEARCH_NUM_BEAMS = "num_beams"  # int32 [1]
+SEARCH_NUM_RETURN = "num_return_sequences"  # int32 [1]
+SEARCH_LENGTH_PENALTY = "length_penalty"  # float [1]
+SEARCH_REPETITION_PENALTY = "repetition_penalty"  # float [1]
+SEARCH_ATTENTION_MASK = "attention_mask"  # int32 [batch, src_len], 1 at real tokens
+SEARCH_SEQUENCES = "sequences"  # int32 [batch, num_return_sequences, max_length]
+SEARCH_OUTPUT_PAD = -1  # fills `sequences` after a hypothesis's last token
+SEARCH_SCORES = "sequences_scores"  # float [batch, num_return_sequences]

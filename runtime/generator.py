@@ -25,12 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
+from . import constants as C
 from .bundle import Bundle, check_graph_pair, load_bundle
 from .config import ModelConfig
-from .errors import InputTooLongError, OptionsError
+from .errors import BundleError, InputTooLongError, OptionsError
+from .graph_search import SEARCH_MODES, GraphSearch, unsupported_reason
 from .ort_step import OrtBoundStep, OrtStep
 from .padding import right_pad
-from .providers import check_provider, open_sessions
+from .providers import check_provider, open_sessions, session_options
 from .search import (
     Chooser,
     GenerationOptions,
@@ -87,10 +89,19 @@ class Result:
 class Generator:
     """A loaded bundle and its step model; `generate` and `stream` text."""
 
-    def __init__(self, bundle: Bundle, step_model: StepModel, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        bundle: Bundle,
+        step_model: StepModel,
+        device: str = "cpu",
+        graph_search: GraphSearch | None = None,
+        search_mode: str = "auto",
+    ) -> None:
         self.bundle = bundle
         self.step_model = step_model
         self.device = device  # "cuda" or "cpu": where the graphs run
+        self.graph_search = graph_search  # the one-graph variant's session, when loaded
+        self.search_mode = search_mode  # "auto", "graph" or "loop": see `uses_graph`
 
     @classmethod
     def load(
@@ -100,11 +111,18 @@ class Generator:
         threads: int | None = None,
         variant: str = "fp32",
         optimization: str = "all",
+        search: str = "auto",
     ) -> Generator:
         """Check and open the bundle at `bundle_dir` (see `load_bundle`) on `providers`
         ("auto", "cuda" or "cpu"; see runtime/providers.py) with `threads` intra-op threads
-        (default: every core)."""
+        (default: every core). `search`: "auto" runs greedy and beam search in the bundle's
+        one-graph search variant when it has one for `variant`'s precision, "graph" insists
+        on it, "loop" always drives the two graphs from Python (runtime/graph_search.py)."""
         check_provider(providers)
+        if search not in SEARCH_MODES:
+            raise OptionsError(
+                f"unknown search {search!r}; choose one of {', '.join(SEARCH_MODES)}"
+            )
         bundle = load_bundle(bundle_dir)
         encoder_path, decoder_path = bundle.graphs(variant)
         encoder, decoder, device = open_sessions(
@@ -115,7 +133,34 @@ class Generator:
             step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
         else:
             step = OrtStep(encoder, decoder, bundle.config)
-        return cls(bundle, step, device)
+        graph = None
+        if search != "loop":
+            precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
+            providers_list = (
+                encoder.get_providers() if device == "cuda" else ["CPUExecutionProvider"]
+            )
+            options = session_options(threads, optimization)
+            graph = (
+                GraphSearch.open(bundle, precision, providers_list, options) if precision else None
+            )
+            if graph is None and search == "graph":
+                raise BundleError(
+                    f"{bundle.path} has no one-graph search variant for {variant!r}; export "
+                    "it with edgeseq export --variants fp32,search (plus int8 or ort for "
+                    "those), or choose search 'auto' or 'loop' (--search auto|loop)"
+                )
+        return cls(bundle, step, device, graph, search)
+
+    def uses_graph(self, options: GenerationOptions) -> bool:
+        """Whether `generate` runs `options` in the one-graph variant: with search "auto"
+        or "graph", when it is loaded and supports the options (no sampling). Search "graph"
+        with options it cannot run raises OptionsError."""
+        if self.graph_search is None or self.search_mode == "loop":
+            return False
+        reason = unsupported_reason(options)
+        if reason is not None and self.search_mode == "graph":
+            raise OptionsError(f"search 'graph' cannot run these options: {reason}; use 'auto'")
+        return reason is None
 
     @property
     def config(self) -> ModelConfig:
@@ -169,13 +214,17 @@ class Generator:
                 sources.append(self.encode(text, options.truncate))
             except InputTooLongError as exc:
                 raise InputTooLongError(f"input {index}: {exc}") from None
+        graph = self.graph_search if self.uses_graph(options) else None
         order = sorted(range(len(sources)), key=lambda i: len(sources[i].ids))
         results: list[Result | None] = [None] * len(sources)
         for start in range(0, len(order), options.batch_size):
             rows = order[start : start + options.batch_size]
             batch = [sources[i] for i in rows]
             rngs = row_rngs(options, [s.sample_key for s in batch]) if options.sample else None
-            hyps = search(self.step_model, self._padded(batch), options, rngs)
+            if graph is not None:
+                hyps = graph.search(self._padded(batch), options)
+            else:
+                hyps = search(self.step_model, self._padded(batch), options, rngs)
             for i, row_hyps in zip(rows, hyps, strict=True):
                 nbest = tuple(self._candidate(h) for h in row_hyps)
                 best = nbest[0]

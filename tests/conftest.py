@@ -209,3 +209,19 @@ def trained_run(small_reverse_task, small_recipe_factory, tmp_path_factory):
     finally:
         torch.set_num_threads(threads)
     return out, summary
+
+
+# -- the one-graph search variant (issue 27) ------------------------------------------------------
+@pytest.fixture(scope="session")
+def search_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runtime_model exported with the fp32, int8, ort and search variants (no parity)."""
+    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.variants import VariantOptions
+
+    bundle = tmp_path_factory.mktemp("search") / "reverse-search"
+    task = {"name": "reverse", "options": {}}
+    export_bundle(
+        runtime_model.model, runtime_model.tokenizers, bundle, task=task, verify=False,
+        variants=VariantOptions(("fp32", "int8", "ort", "search")),
+    )  # fmt: skip
+    return bundle

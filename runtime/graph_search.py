@@ -1,0 +1,188 @@
+"""Generate with the one-graph search variant: one `session.run` per batch, no Python loop.
+
+    graph = GraphSearch.open(bundle, "fp32", ["CPUExecutionProvider"], options)
+    hyps = graph.search(src_ids, GenerationOptions(beam_size=4))    # as runtime/search.py
+
+The variant (`search.onnx`, `search.int8.onnx`, `search.ort`; written by `edgeseq export
+--variants ...,search`) is a `com.microsoft.BeamSearch` node around the bundle's encoder
+and decoder graphs (docs/bundle.md, "The one-graph search variant"). It runs greedy search
+(one beam) and beam search; sampling stays on the Python loop (onnxruntime's `Sampling`
+operator refuses encoder–decoders).
+
+The operator ranks finished hypotheses exactly as `beam_search` does (logprob / (tokens +
+1) ** length_penalty, `</s>` counted), but scores hypotheses still open at the step budget
+with the same length where `beam_search` uses `tokens`. `search` therefore asks for every
+beam's hypothesis, rescores each with `normalized_score` and re-ranks them, so the results
+match the loop's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+
+from . import constants as C
+from .bundle import Bundle
+from .config import ModelConfig
+from .errors import BundleError, OptionsError
+from .search import (
+    GenerationOptions,
+    Hypothesis,
+    check_source_length,
+    normalized_score,
+    step_budget,
+)
+
+SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` takes
+
+
+def search_file(bundle: Bundle, precision: str) -> Path | None:
+    """Path of the bundle's one-graph search file for graph variant `precision` ("fp32",
+    "int8", "ort"), or None when it was not exported. A file named in the manifest must also
+    be in its checksum table (BundleError otherwise)."""
+    entry = (bundle.manifest.get("search") or {}).get(precision)
+    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
+        return None
+    name = entry["file"]
+    if name not in (bundle.manifest.get("files") or {}):
+        raise BundleError(
+            f"{bundle.path / name} is not listed in {C.MANIFEST_FILE}, so its checksum cannot "
+            "be verified; re-export the bundle"
+        )
+    return bundle.path / name
+
+
+def unsupported_reason(options: GenerationOptions) -> str | None:
+    """Why the one-graph variant cannot run `options`, or None when it can."""
+    if options.sample:
+        return "sampling runs on the Python loop (onnxruntime's Sampling refuses encoder-decoders)"
+    return None
+
+
+class GraphSearch:
+    """A session of the one-graph search variant and the config it was exported with."""
+
+    def __init__(self, session: ort.InferenceSession, config: ModelConfig) -> None:
+        self.session, self.config = session, config
+        self.max_len = config.max_len
+        names = {i.name for i in session.get_inputs()}
+        missing = [name for name in _input_names() if name not in names]
+        if missing:
+            raise BundleError(f"the search graph lacks the inputs {missing}; re-export it")
+
+    @classmethod
+    def open(
+        cls,
+        bundle: Bundle,
+        precision: str,
+        providers: list,
+        options: ort.SessionOptions | None = None,
+    ) -> GraphSearch | None:
+        """The bundle's search graph of `precision` on `providers`, or None when absent."""
+        path = search_file(bundle, precision)
+        if path is None:
+            return None
+        try:
+            session = ort.InferenceSession(str(path), options, providers=providers)
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise BundleError(f"onnxruntime cannot load {path}: {exc}") from None
+        return cls(session, bundle.config)
+
+    def feeds(self, src_ids: np.ndarray, options: GenerationOptions) -> dict[str, np.ndarray]:
+        """The graph's inputs for src_ids int64 (B, S) right-padded with <pad>."""
+        src_ids = np.asarray(src_ids)
+        budget = step_budget(self, options.max_new_tokens)
+
+        def scalar(value: float, dtype: type) -> np.ndarray:
+            return np.array([value], dtype=dtype)
+
+        return {
+            C.SEARCH_INPUT_IDS: np.ascontiguousarray(src_ids, dtype=np.int32),
+            C.SEARCH_MAX_LENGTH: scalar(budget + 1, np.int32),
+            C.SEARCH_MIN_LENGTH: scalar(0, np.int32),
+            C.SEARCH_NUM_BEAMS: scalar(options.beam_size, np.int32),
+            C.SEARCH_NUM_RETURN: scalar(options.beam_size, np.int32),
+            C.SEARCH_LENGTH_PENALTY: scalar(options.length_penalty, np.float32),
+            C.SEARCH_REPETITION_PENALTY: scalar(1.0, np.float32),
+            C.SEARCH_ATTENTION_MASK: (src_ids != self.config.pad_id).astype(np.int32),
+        }
+
+    def search(self, src_ids: np.ndarray, options: GenerationOptions) -> list[list[Hypothesis]]:
+        """Greedy or beam search of src_ids int64 (B, S) in one run -> per row, up to
+        options.n_best hypotheses, best first (what `runtime.search.search` returns)."""
+        reason = unsupported_reason(options)
+        if reason is not None:
+            raise OptionsError(f"the one-graph search cannot run these options: {reason}")
+        src_ids = np.asarray(src_ids, dtype=np.int64)
+        check_source_length(self, src_ids)
+        sequences, scores = self.session.run(
+            [C.SEARCH_SEQUENCES, C.SEARCH_SCORES], self.feeds(src_ids, options)
+        )
+        budget = step_budget(self, options.max_new_tokens)
+        return [
+            self._ranked(row_sequences, row_scores, budget, options)
+            for row_sequences, row_scores in zip(sequences, scores, strict=True)
+        ]
+
+    def _ranked(
+        self,
+        sequences: np.ndarray,
+        scores: np.ndarray,
+        budget: int,
+        options: GenerationOptions,
+    ) -> list[Hypothesis]:
+        """sequences int32 (R, T) (<s> first, </s> left out, -1 after), scores (R,) ->
+        Hypotheses scored as `beam_search` scores them, best first, cut to n_best."""
+        pad, penalty = C.SEARCH_OUTPUT_PAD, options.length_penalty
+        hyps = []
+        for sequence, score in zip(sequences, scores, strict=True):
+            body = sequence[1:]
+            ends = np.flatnonzero(body == pad)
+            tokens = tuple(int(t) for t in body[: ends[0] if len(ends) else len(body)])
+            finished = len(tokens) < budget  # an open hypothesis fills the whole budget
+            logprob = float(score) * (len(tokens) + 1) ** penalty
+            rescored = normalized_score(logprob, len(tokens) + finished, penalty)
+            hyps.append(Hypothesis(tokens, logprob, rescored, finished))
+        return sorted(hyps, key=lambda h: -h.score)[: options.n_best]
+
+
+def _input_names() -> tuple[str, ...]:
+    return (
+        C.SEARCH_INPUT_IDS,
+        C.SEARCH_MAX_LENGTH,
+        C.SEARCH_MIN_LENGTH,
+        C.SEARCH_NUM_BEAMS,
+        C.SEARCH_NUM_RETURN,
+        C.SEARCH_LENGTH_PENALTY,
+        C.SEARCH_REPETITION_PENALTY,
+        C.SEARCH_ATTENTION_MASK,
+    )
+
+
+def search_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """Rows (level, check, value, result) of a parity report's "search" group for the
+    parity table: fp32 graph vs loop must be identical; int8 and ort are reported."""
+    if not group:
+        return []
+    rows = []
+    for precision in C.SEARCH_FILES:
+        entry = group.get(precision)
+        if not entry:
+            continue
+        for row in entry["rows"]:
+            check = (
+                f"{precision} search graph = loop, beam {row['beam_size']}, batch {row['batch']}"
+            )
+            same = row["identical"] == row["inputs"]
+            result = ("ok" if same else "FAIL") if precision == "fp32" else "report"
+            rows.append(("4", check, f"{row['identical']}/{row['inputs']}", result))
+        if "agreement_with_fp32" in entry:
+            value = f"{100 * entry['agreement_with_fp32']:.1f}%"
+            rows.append(("4", f"{precision} search greedy agreement with fp32", value, "report"))
+        if "drop_points" in entry:
+            value = f"{entry['fp32']:.2%} -> {entry[precision]:.2%}"
+            rows.append(("4", f"{precision} search {entry['metric']} vs fp32", value, "report"))
+    return rows
