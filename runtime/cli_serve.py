@@ -10,6 +10,7 @@ The routes, status codes and JSON are in docs/serve.md.
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import click
@@ -178,4 +179,9 @@ def serve(
         log_level="info",
         timeout_graceful_shutdown=int(timeout_s) + 5,
     )
+    # uvicorn drains on SIGTERM/SIGINT, then re-raises the signal to the handler it found:
+    # make that a no-op so a drained server exits 0 instead of dying by the signal.
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: None)
     uvicorn.Server(config).run()
+    click.echo("stopped: requests in flight answered, queue drained", err=True)

@@ -104,9 +104,8 @@ def create_app(
 
 
 async def _warm_up(state: ServerState) -> None:
-    """One generation through the batcher (the first runs allocate), then ready."""
-    future = state.batcher.submit([WARM_UP_TEXT], GenerationOptions(), state.timeout_s)
-    await asyncio.wrap_future(future)
+    """One generation (the first runs allocate), then ready."""
+    await asyncio.to_thread(state.generator.generate, [WARM_UP_TEXT], GenerationOptions())
     state.status = "ready"
     logger.info("ready")
 

@@ -172,18 +172,16 @@ class Batcher:
             self._run(batch)
 
     def _next_batch(self) -> list[Job] | None:
-        """The oldest live job and the compatible ones that fit its batch (waiting up to
-        max_wait_ms for them); None once closing with nothing left."""
+        """The oldest job and the compatible ones that fit its batch (waiting up to
+        max_wait_ms for them), without those cancelled or past their deadline meanwhile;
+        None once closing with nothing left."""
         settings = self.settings
         with self._cv:
-            while True:
-                while not self._waiting and not self._closing:
-                    self._cv.wait()
-                if not self._waiting:
-                    return None
-                first = self._take(self._waiting[0])
-                if first is not None:
-                    break
+            while not self._waiting and not self._closing:
+                self._cv.wait()
+            if not self._waiting:
+                return None
+            first = self._take(self._waiting[0])
             key = options_key(first.options, settings.max_batch)
             batch = [first]
             rows, tokens = len(first.texts), first.tokens
@@ -197,26 +195,34 @@ class Batcher:
                     budget = settings.max_batch_tokens
                     if budget is not None and tokens + job.tokens > budget:
                         continue
-                    if self._take(job) is not None:
-                        batch.append(job)
-                        rows, tokens = rows + len(job.texts), tokens + job.tokens
+                    batch.append(self._take(job))
+                    rows, tokens = rows + len(job.texts), tokens + job.tokens
                 left = until - time.monotonic()
                 if rows >= settings.max_batch or self._closing or left <= 0:
-                    return batch
+                    break
                 self._cv.wait(left)
+        return [job for job in batch if self._start(job)]
 
-    def _take(self, job: Job) -> Job | None:
-        """Remove `job` from the queue (lock held); return it if it is to run, None if it
-        was cancelled or timed out."""
+    def _take(self, job: Job) -> Job:
+        """Remove `job` from the queue (lock held)."""
         self._waiting.remove(job)
         self._queued_inputs -= len(job.texts)
+        return job
+
+    @staticmethod
+    def _start(job: Job) -> bool:
+        """Mark `job` running; False (and its future settled) if it was cancelled or its
+        deadline passed."""
+        if not job.future.set_running_or_notify_cancel():
+            return False
         if time.monotonic() > job.deadline:
-            if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(RequestTimeoutError("timed out waiting in the queue"))
-            return None
-        return job if job.future.set_running_or_notify_cancel() else None
+            job.future.set_exception(RequestTimeoutError("timed out waiting in the queue"))
+            return False
+        return True
 
     def _run(self, batch: list[Job]) -> None:
+        if not batch:
+            return
         started = time.perf_counter()
         outcomes = run_merged(
             self.generator, [(job.texts, job.options) for job in batch], self.settings.max_batch
