@@ -7,14 +7,15 @@
     future.result()            # list[Result], one per text, in order
     batcher.close()            # finishes what is queued, then stops the workers
 
-A worker takes the oldest request, waits at most `max_wait_ms` (from that request's arrival)
-for more requests with the same options, and runs them as one call to `Generator.generate`
-with `batch_size=max_batch`: up to `max_batch` inputs (and `max_batch_tokens` source tokens,
-if set). A request with more inputs than `max_batch` runs alone, split into engine batches
-by `generate` itself. Requests whose options differ never share a batch. Merging does not
-change results: padding is masked, and a seeded sample depends only on its input and the
-options (docs/runtime.md). If a merged batch fails, each request in it is run again alone,
-so one bad request cannot fail the others.
+A worker takes the oldest request and waits at most `max_wait_ms` for more requests with
+the same options, counted from that request's arrival or from the moment the worker became
+free, whichever is later (so clients answered by the previous batch can join the next one).
+It runs them as one call to `Generator.generate` with `batch_size=max_batch`: up to
+`max_batch` inputs (and `max_batch_tokens` source tokens, if set). A request with more inputs
+than `max_batch` runs alone, split into engine batches by `generate` itself. Requests whose
+options differ never share a batch. Merging does not change results: padding is masked, and
+a seeded sample depends only on its input and the options (docs/runtime.md). If a merged
+batch fails, each request in it is run again alone, so one bad request cannot fail the others.
 
 The queue is bounded in inputs: `submit` raises `QueueFullError` when a request would not fit
 (the server answers 429). A request still queued after its timeout is dropped unrun.
@@ -176,6 +177,7 @@ class Batcher:
         max_wait_ms for them), without those cancelled or past their deadline meanwhile;
         None once closing with nothing left."""
         settings = self.settings
+        free = time.monotonic()  # when this worker became free to run a batch
         with self._cv:
             while not self._waiting and not self._closing:
                 self._cv.wait()
@@ -185,7 +187,7 @@ class Batcher:
             key = options_key(first.options, settings.max_batch)
             batch = [first]
             rows, tokens = len(first.texts), first.tokens
-            until = first.arrived + settings.max_wait_ms / 1000
+            until = max(first.arrived, free) + settings.max_wait_ms / 1000
             while True:
                 for job in list(self._waiting):
                     if options_key(job.options, settings.max_batch) != key:

