@@ -9,7 +9,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 HOST = "127.0.0.1"
@@ -36,10 +36,12 @@ def running(app: Any, ready_timeout_s: float = 60.0) -> Iterator[int]:
         sock.close()
 
 
-def wait_ready(port: int, timeout_s: float) -> None:
-    """Poll GET /health until 200, or fail after `timeout_s`."""
+def wait_ready(port: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Poll GET /health until 200; fail after `timeout_s` or once `alive()` is False."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if not alive():
+            raise AssertionError(f"the server for port {port} exited before it was ready")
         with contextlib.suppress(OSError):
             if request(port, "GET", "/health")[0] == 200:
                 return

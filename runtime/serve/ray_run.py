@@ -15,6 +15,7 @@ import click
 import ray
 from ray import serve
 
+from ..errors import EdgeseqError
 from .ray_app import build
 
 APP_NAME = "edgeseq"
@@ -22,7 +23,10 @@ APP_NAME = "edgeseq"
 
 def run_ray(args: dict[str, Any], host: str, port: int) -> None:
     """Deploy `build(args)` with Ray's HTTP proxy on host:port; block until a signal."""
-    ray.init(log_to_driver=False)  # RAY_ADDRESS or a local head node, else a new one
+    try:  # RAY_ADDRESS, else a head node started on this machine, else a new local cluster
+        ray.init(log_to_driver=False)
+    except (OSError, ConnectionError, RuntimeError) as exc:
+        raise EdgeseqError(f"could not start or join a Ray cluster: {exc}") from None
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
