@@ -223,3 +223,18 @@ def test_serve_cli_refusals(tmp_path) -> None:
         [*command, str(tmp_path), "--replicas", "2"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--replicas and --max-replicas apply with --ray" in proc.stderr
+
+
+def test_the_server_modules_import_without_torch() -> None:
+    from test_torch_free import BLOCK_TORCH, python
+
+    code = BLOCK_TORCH + (
+        "import importlib, sys\n"
+        "for name in ('app', 'batcher', 'metrics', 'request'):\n"
+        "    importlib.import_module(f'edgeseq.runtime.serve.{name}')\n"
+        "import edgeseq.runtime.cli_serve\n"
+        "heavy = [m for m in ('torch', 'onnx', 'edgeseq.build_model', 'edgeseq.export')\n"
+        "         if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    assert python(code).stdout.strip() == "[]"

@@ -6,7 +6,7 @@
     serve run serve.yaml                                      # see docs/serve.md
 
 Routes: `POST /v1/generate`, `GET /v1/model`, `GET /health` (Ray Serve's own proxy answers
-`/-/healthz`; Prometheus metrics come from Ray's metrics export, not from this module).
+`/-/healthz`; Prometheus metrics are Ray's own, not this module's).
 
 `@serve.batch` merges concurrent requests of one replica (up to `max_batch` requests, waiting
 at most `max_wait_ms`); `run_merged` then runs each group of equal options as one
