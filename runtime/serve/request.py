@@ -96,8 +96,13 @@ def parse_generate(body: bytes, generator: Generator, limits: Limits) -> Generat
     for i in to_run:
         try:
             tokens += len(generator.encode(inputs[i], options.truncate).ids)
-        except InputTooLongError as exc:
-            raise RequestError(422, f"input {i + 1}: {exc}") from None
+        except InputTooLongError:
+            length = len(generator.tokenizers.source.encode(inputs[i])) + 1
+            raise RequestError(
+                422,
+                f"input {i + 1} has {length} source tokens with </s> but the model's max_len "
+                f'is {generator.config.max_len}; shorten it or set "truncate": true in options',
+            ) from None
     return GenerateRequest(inputs, to_run, options, tokens)
 
 
