@@ -3,12 +3,13 @@ itself, compared with offline batched generation measured in the same run.
 
     python benchmarks/serve_load.py bundles/g2p-en --clients 32 --requests 3000 --duration 40
 
-1. Offline: `Generator.generate` over the words at batch 32 (shortest first), best of 2;
-   also batches of 32 words in their order, as a server forms them from arrivals.
-2. Server: `edgeseq serve` in a subprocess on 127.0.0.1 (a free port), same threads; each
-   client sends one word per request over a keep-alive connection, the next as soon as the
-   answer arrives, until `--requests` are sent or `--duration` seconds have passed.
-3. Offline again (the machine's speed drifts; the ratio uses the mean of both).
+`edgeseq serve` runs in a subprocess on 127.0.0.1 (a free port) with the same threads as
+the offline engine. In each of `--rounds` rounds: the clients, each sending one word per
+request over a keep-alive connection and the next as soon as the answer arrives, until
+`--requests / rounds` are sent or `--duration / rounds` seconds have passed; then one offline
+pass of `Generator.generate` at batch 32 over the words sorted by length (one call), and one
+in batches of 32 words in their order (as a server forms them from arrivals). Interleaving
+the engines spreads the drift of a shared machine over both.
 
 Reports requests/s, tokens/s (best hypothesis + `</s>`, as `edgeseq bench` counts), p50/p99
 latency, the server/offline tokens/s ratio, the batch sizes the server formed (from its
@@ -51,23 +52,20 @@ def load_words(path: str | None, count: int) -> list[str]:
 
 def offline(
     gen: Generator, words: list[str], batch: int, sort: bool = True
-) -> tuple[float, dict[str, list[int]]]:
-    """(best tokens/s of 2 passes, {word: ids}) of greedy generate at `batch`: one call
+) -> tuple[int, float, dict[str, list[int]]]:
+    """(tokens, seconds, {word: ids}) of one greedy pass at `batch`: one generate call
     (sorted by length across all words), or with `sort=False` one call per `batch` words
     in their order (the batches a server forms from arrivals)."""
-    best, outputs = 0.0, {}
     options = GenerationOptions(batch_size=batch)
-    for _ in range(2):
-        start = time.perf_counter()
-        if sort:
-            results = gen.generate(words, options)
-        else:
-            chunks = [words[i : i + batch] for i in range(0, len(words), batch)]
-            results = [r for chunk in chunks for r in gen.generate(chunk, options)]
-        seconds = time.perf_counter() - start
-        best = max(best, sum(len(r.token_ids) + r.finished for r in results) / seconds)
-        outputs = {w: list(r.token_ids) for w, r in zip(words, results, strict=True)}
-    return best, outputs
+    start = time.perf_counter()
+    if sort:
+        results = gen.generate(words, options)
+    else:
+        chunks = [words[i : i + batch] for i in range(0, len(words), batch)]
+        results = [r for chunk in chunks for r in gen.generate(chunk, options)]
+    seconds = time.perf_counter() - start
+    tokens = sum(len(r.token_ids) + r.finished for r in results)
+    return tokens, seconds, {w: list(r.token_ids) for w, r in zip(words, results, strict=True)}
 
 
 def free_port() -> int:
@@ -153,6 +151,17 @@ def batch_sizes(port: int) -> tuple[float, float]:
     return calls, float(found[b"edgeseq_batch_size_sum"]) / max(calls, 1)
 
 
+def rate(runs: list[tuple[int, float]]) -> float:
+    """Tokens/s over (tokens, seconds) runs."""
+    return sum(t for t, _ in runs) / sum(s for _, s in runs)
+
+
+def tokens_of(run: dict) -> int:
+    """Generated tokens (best + </s>) in a load run's 200 answers."""
+    answers = [json.loads(r[3])["results"][0] for r in run["records"] if r[1] == 200]
+    return sum(len(a["ids"]) + a["finished"] for a in answers)
+
+
 def main() -> None:
     """Run the three phases and print the report."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -160,6 +169,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=3000, help="at most this many")
     parser.add_argument("--duration", type=float, default=40.0, help="at most this many s")
+    parser.add_argument("--rounds", type=int, default=3, help="server/offline alternations")
     parser.add_argument("--words", metavar="FILE", help="one input per line")
     parser.add_argument("--distinct", type=int, default=1000, help="distinct words used")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads, both engines")
@@ -169,38 +179,50 @@ def main() -> None:
 
     words = load_words(args.words, args.distinct)
     gen = Generator.load(args.bundle, providers="cpu", threads=args.threads)
-    before, expected = offline(gen, words, 32)
-    unsorted, _ = offline(gen, words, 32, sort=False)
+    expected = offline(gen, words, 32)[2]  # also the warm-up
     port = free_port()
     proc = start_server(args.bundle, port, args.threads, args)
+    sorted_runs, order_runs, served = [], [], {"records": [], "seconds": 0.0, "sent": 0}
     try:
-        run = asyncio.run(load(port, words, args.clients, args.requests, args.duration))
+        for round_ in range(args.rounds):  # engines interleaved: drift hits both alike
+            part = asyncio.run(
+                load(port, words, args.clients, args.requests // args.rounds,
+                     args.duration / args.rounds)
+            )  # fmt: skip
+            served["records"] += part["records"]
+            served["seconds"] += part["seconds"]
+            served["sent"] += part["sent"]
+            sorted_runs.append(offline(gen, words, 32)[:2])
+            order_runs.append(offline(gen, words, 32, sort=False)[:2])
+            print(f"round {round_ + 1}: offline {rate(sorted_runs[-1:]):.0f} tokens/s, "
+                  f"server {tokens_of(part) / part['seconds']:.0f}", file=sys.stderr)  # fmt: skip
         calls, mean_batch = batch_sizes(port)
     finally:
         proc.terminate()
         proc.wait(60)
-    after, _ = offline(gen, words, 32)
+    run = served
+    offline_rate, order_rate = rate(sorted_runs), rate(order_runs)
 
     records = run["records"]
     ok = [r for r in records if r[1] == 200]
     refused = sum(1 for r in records if r[1] == 429)
     other = len(records) - len(ok) - refused
     answers = [json.loads(r[3])["results"][0] for r in ok]
-    tokens = sum(len(a["ids"]) + a["finished"] for a in answers)
+    tokens = tokens_of(run)
     wrong = sum(a["ids"] != expected[r[0]] for r, a in zip(ok, answers, strict=True))
     latency = np.array([r[2] for r in ok]) * 1000
-    offline_rate = (before + after) / 2
     served_rate = tokens / run["seconds"]
     print(f"bundle {args.bundle}, fp32, greedy, {args.threads} intra-op thread(s), "
           f"{len(words)} distinct words, one word per request")  # fmt: skip
-    print(f"offline batch 32: {before:.0f} tokens/s before, {after:.0f} after "
-          f"({unsorted:.0f} in batches of 32 in word order, not sorted by length)")  # fmt: skip
+    print(f"offline batch 32: {offline_rate:.0f} tokens/s sorted by length, {order_rate:.0f} "
+          f"in word order ({args.rounds} rounds, interleaved with the server's)")  # fmt: skip
     print(f"server: {args.clients} clients, max batch {args.max_batch}, max wait "
           f"{args.max_wait_ms:g} ms, {run['seconds']:.1f} s")  # fmt: skip
     print(f"  requests: {run['sent']} sent, {len(ok)} answered, {refused} refused (429), "
           f"{other} other, {run['sent'] - len(records)} lost")  # fmt: skip
     print(f"  {len(ok) / run['seconds']:.0f} requests/s, {served_rate:.0f} tokens/s = "
-          f"{served_rate / offline_rate:.2f}x offline batch 32")  # fmt: skip
+          f"{served_rate / offline_rate:.2f}x offline batch 32 sorted, "
+          f"{served_rate / order_rate:.2f}x in word order")  # fmt: skip
     print(f"  latency p50 {np.percentile(latency, 50):.1f} ms, p99 "
           f"{np.percentile(latency, 99):.1f} ms, max {latency.max():.1f} ms")  # fmt: skip
     print(f"  engine calls {calls:.0f}, mean batch {mean_batch:.1f} inputs")

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -239,3 +240,20 @@ def test_the_server_modules_import_without_torch() -> None:
         "print(heavy)\n"
     )
     assert python(code).stdout.strip() == "[]"
+
+
+def test_the_load_test_runs_on_loopback_and_stops_by_itself(runtime_case, tmp_path) -> None:
+    words = tmp_path / "words.txt"
+    words.write_text("\n".join(WORDS) + "\n")
+    script = Path(__file__).parents[1] / "benchmarks" / "serve_load.py"
+    proc = subprocess.run(
+        [sys.executable, str(script), str(runtime_case.bundle), "--words", str(words),
+         "--clients", "4", "--requests", "40", "--duration", "20", "--rounds", "2"],
+        capture_output=True, text=True, timeout=240,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(
+        r"requests: 40 sent, 40 answered, 0 refused \(429\), 0 other, 0 lost", proc.stdout
+    )
+    assert "answers different from offline: 0" in proc.stdout
+    assert re.search(r"latency p50 [\d.]+ ms, p99 [\d.]+ ms", proc.stdout)
