@@ -140,17 +140,22 @@ def serve(
     _require("starlette", "serve")
     _require("uvicorn", "serve")
     if use_ray:
+        if max_batch_tokens is not None or workers != 1:
+            raise click.UsageError(
+                "--max-batch-tokens and --workers apply without --ray (with --ray, each "
+                "replica batches requests with Ray's @serve.batch)"
+            )
         _require("ray", "ray")
         from .serve.ray_run import run_ray
 
         args = {"bundle": str(bundle.resolve()), "variant": variant, "provider": provider,
                 "max_batch": max_batch, "max_wait_ms": max_wait_ms, "max_inputs": max_inputs,
-                "max_chars": max_chars, "replicas": replicas}  # fmt: skip
+                "max_chars": max_chars, "max_queue": max_queue, "replicas": replicas}  # fmt: skip
         if threads is not None:
             args["threads"] = threads
         if max_replicas is not None:
             args["max_replicas"] = max_replicas
-        run_ray(args, host, port)
+        run_ray(args, host, port, timeout_s)
         return
     if replicas != 1 or max_replicas is not None:
         raise click.UsageError("--replicas and --max-replicas apply with --ray")

@@ -225,6 +225,14 @@ def test_serve_cli_refusals(tmp_path) -> None:
         [*command, str(tmp_path), "--replicas", "2"], capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and "--replicas and --max-replicas apply with --ray" in proc.stderr
+    proc = subprocess.run(
+        [*command, str(tmp_path), "--ray", "--workers", "2"], capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert (
+        proc.returncode == 2
+        and "--max-batch-tokens and --workers apply without --ray" in proc.stderr
+    )
 
 
 def test_the_server_modules_import_without_torch() -> None:

@@ -20,6 +20,7 @@ import asyncio
 from typing import Any
 
 from ray import serve
+from ray.serve.config import BackpressureConfig
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
@@ -38,6 +39,7 @@ ARGS: dict[str, type] = {
     "max_wait_ms": float,
     "max_inputs": int,
     "max_chars": int,
+    "max_queue": int,
     "replicas": int,
     "max_replicas": int,
 }
@@ -103,6 +105,11 @@ def build(args: dict[str, Any]) -> serve.Application:
         raise ValueError(f"build() takes bundle= and optionally {sorted(ARGS)}; got {unknown}")
     values = {k: ARGS[k](v) for k, v in args.items()}
     replicas = values.pop("replicas", 1)
+    # Requests queued at each Ray proxy beyond max_queue: 429 with Retry-After, as edgeseq serve.
+    backpressure = {
+        "max_queued_requests": values.pop("max_queue", 1024),
+        "backpressure_config": BackpressureConfig(status_code=429, retry_after_s=1),
+    }
     max_replicas = values.pop("max_replicas", None)
     limits = Limits(
         max_inputs=values.pop("max_inputs", Limits.max_inputs),
@@ -114,7 +121,7 @@ def build(args: dict[str, Any]) -> serve.Application:
             "max_replicas": max_replicas,
             "target_ongoing_requests": 2 * values.get("max_batch", 32),
         }
-        deployment = EdgeseqDeployment.options(autoscaling_config=autoscaling)
+        deployment = EdgeseqDeployment.options(autoscaling_config=autoscaling, **backpressure)
     else:
-        deployment = EdgeseqDeployment.options(num_replicas=replicas)
+        deployment = EdgeseqDeployment.options(num_replicas=replicas, **backpressure)
     return deployment.bind(limits=limits, **values)

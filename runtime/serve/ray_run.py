@@ -21,8 +21,9 @@ from .ray_app import build
 APP_NAME = "edgeseq"
 
 
-def run_ray(args: dict[str, Any], host: str, port: int) -> None:
-    """Deploy `build(args)` with Ray's HTTP proxy on host:port; block until a signal."""
+def run_ray(args: dict[str, Any], host: str, port: int, timeout_s: float) -> None:
+    """Deploy `build(args)` with Ray's HTTP proxy on host:port (requests time out after
+    `timeout_s`); block until SIGINT or SIGTERM."""
     try:  # RAY_ADDRESS, else a head node started on this machine, else a new local cluster
         ray.init(log_to_driver=False)
     except (OSError, ConnectionError, RuntimeError) as exc:
@@ -31,7 +32,7 @@ def run_ray(args: dict[str, Any], host: str, port: int) -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        serve.start(http_options={"host": host, "port": port})
+        serve.start(http_options={"host": host, "port": port, "request_timeout_s": timeout_s})
         serve.run(build(args), name=APP_NAME, route_prefix="/")
         click.echo(f"serving {args['bundle']} on Ray Serve at http://{host}:{port}", err=True)
         stop.wait()
