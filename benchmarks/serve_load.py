@@ -37,6 +37,9 @@ from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.search import GenerationOptions
 
 HOST = "127.0.0.1"
+# The installed console script (beside the interpreter in a venv), else the group's module.
+_SCRIPT = Path(sys.executable).with_name("edgeseq")
+EDGESEQ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "edgeseq.runtime.cli"]
 
 
 def load_words(path: str | None, count: int) -> list[str]:
@@ -120,7 +123,7 @@ def start_server(
 ) -> subprocess.Popen:
     """`edgeseq serve` on 127.0.0.1:port; returns once /health is 200."""
     command = [
-        sys.executable, "-m", "edgeseq.runtime.cli", "serve", bundle, "--host", HOST,
+        *EDGESEQ, "serve", bundle, "--host", HOST,
         "--port", str(port), "--provider", "cpu", "--threads", str(threads),
         "--max-batch", str(args.max_batch), "--max-wait-ms", str(args.max_wait_ms),
     ]  # fmt: skip

@@ -7,12 +7,17 @@ import contextlib
 import http.client
 import json
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 HOST = "127.0.0.1"
+# The installed console script (beside the interpreter in a venv), else the group's module.
+_SCRIPT = Path(sys.executable).with_name("edgeseq")
+EDGESEQ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "edgeseq.runtime.cli"]
 
 
 @contextlib.contextmanager

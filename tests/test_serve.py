@@ -21,7 +21,7 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
 from prometheus_client.parser import text_string_to_metric_families
-from serve_client import generate, request, running, wait_ready
+from serve_client import EDGESEQ, generate, request, running, wait_ready
 
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.results import result_json
@@ -186,7 +186,7 @@ def test_a_request_past_its_timeout_gets_504_and_is_not_run(generator) -> None:
 
 def serve_process(bundle, *args: str) -> tuple[subprocess.Popen, int]:
     """`edgeseq serve BUNDLE --port 0 ARGS` in a subprocess; (process, port) once ready."""
-    command = [sys.executable, "-m", "edgeseq.runtime.cli", "serve", str(bundle), "--port", "0"]
+    command = [*EDGESEQ, "serve", str(bundle), "--port", "0"]
     proc = subprocess.Popen(
         [*command, "--provider", "cpu", "--threads", "1", *args],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
@@ -217,7 +217,7 @@ def test_sigterm_answers_the_requests_in_flight_then_exits(generator, runtime_ca
 
 
 def test_serve_cli_refusals(tmp_path) -> None:
-    command = [sys.executable, "-m", "edgeseq.runtime.cli", "serve"]
+    command = [*EDGESEQ, "serve"]
     proc = subprocess.run([*command, str(tmp_path)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1
     assert re.fullmatch(r"error: .*manifest\.json is missing.*\n", proc.stderr), proc.stderr

@@ -10,7 +10,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ pytest.importorskip("ray.serve", reason="the ray extra is not installed (make te
 pytest.importorskip("starlette", reason="the serve extra is not installed")
 
 import yaml  # noqa: E402  (a dependency of ray)
-from serve_client import generate, request, wait_ready  # noqa: E402
+from serve_client import EDGESEQ, generate, request, wait_ready  # noqa: E402
 from test_serve import WORDS, offline  # noqa: E402
 
 from edgeseq.runtime.generator import Generator  # noqa: E402
@@ -43,7 +42,7 @@ def free_port() -> int:
 def test_ray_serve_answers_concurrent_requests_as_offline(runtime_case, tmp_path) -> None:
     generator = Generator.load(runtime_case.bundle, providers="cpu", threads=1)
     port = free_port()
-    command = [sys.executable, "-m", "edgeseq.runtime.cli", "serve", str(runtime_case.bundle),
+    command = [*EDGESEQ, "serve", str(runtime_case.bundle),
                "--ray", "--replicas", "2", "--port", str(port), "--provider", "cpu",
                "--threads", "1", "--max-wait-ms", "20"]  # fmt: skip
     # Ray's socket paths must stay under 107 bytes: a short private temp dir, not tmp_path.

@@ -104,10 +104,15 @@ def create_app(
 
 
 async def _warm_up(state: ServerState) -> None:
-    """One generation (the first runs allocate), then ready."""
-    await asyncio.to_thread(state.generator.generate, [WARM_UP_TEXT], GenerationOptions())
+    """One generation (the first runs allocate), then ready; if it fails, /health says
+    why and stays 503."""
+    try:
+        await asyncio.to_thread(state.generator.generate, [WARM_UP_TEXT], GenerationOptions())
+    except Exception as exc:
+        state.status = f"warm-up failed: {type(exc).__name__}: {exc}"
+        logger.error("%s", state.status)
+        return
     state.status = "ready"
-    logger.info("ready")
 
 
 Handler = Callable[[ServerState, Request], Awaitable[Response]]
