@@ -45,7 +45,13 @@ def _require(module: str, extra: str) -> None:
 @click.command(epilog=EPILOG)
 @click.argument("bundle", type=click.Path(path_type=Path))
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", type=click.IntRange(0, 65535), default=8000, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8000,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed at start).",
+)
 @click.option(
     "--max-batch",
     type=click.IntRange(min=1),
@@ -102,7 +108,13 @@ def _require(module: str, extra: str) -> None:
     show_default=True,
     help="Seconds a request may wait for its answer; beyond: 504.",
 )
-@click.option("--provider", type=click.Choice(PROVIDER_CHOICES), default="auto", show_default=True)
+@click.option(
+    "--provider",
+    type=click.Choice(PROVIDER_CHOICES),
+    default="auto",
+    show_default=True,
+    help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
+)
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
 @click.option("--variant", default="fp32", show_default=True, help="Graph variant of the bundle.")
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
@@ -145,6 +157,8 @@ def serve(
                 "--max-batch-tokens and --workers apply without --ray (with --ray, each "
                 "replica batches requests with Ray's @serve.batch)"
             )
+        if max_replicas is not None and max_replicas < replicas:
+            raise click.UsageError(f"--max-replicas {max_replicas} is below --replicas {replicas}")
         _require("ray", "ray")
         from .serve.ray_run import run_ray
 
