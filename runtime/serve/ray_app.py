@@ -6,7 +6,7 @@
     serve run serve.yaml                                      # see docs/serve.md
 
 Routes: `POST /v1/generate`, `GET /v1/model`, `GET /health` (Ray Serve's own proxy answers
-`/-/healthz`; Prometheus metrics are Ray's own, not this module's).
+`/-/healthz`; Prometheus metrics are Ray's own, e.g. `serve_actual_batch_size`).
 
 `@serve.batch` merges concurrent requests of one replica (up to `max_batch` requests, waiting
 at most `max_wait_ms`); `run_merged` then runs each group of equal options as one
@@ -107,6 +107,7 @@ def build(args: dict[str, Any]) -> serve.Application:
     replicas = values.pop("replicas", 1)
     # Requests queued at each Ray proxy beyond max_queue: 429 with Retry-After, as edgeseq serve.
     backpressure = {
+        "max_ongoing_requests": 2 * values.get("max_batch", 32),  # a batch running, one forming
         "max_queued_requests": values.pop("max_queue", 1024),
         "backpressure_config": BackpressureConfig(status_code=429, retry_after_s=1),
     }
