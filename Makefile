@@ -5,14 +5,14 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean node-example
+.PHONY: demo test test-ray lint format clean node-example
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[train,dev]"
+	$(BIN)/pip install -q -e ".[train,dev,serve]"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -21,7 +21,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -m "not ray"
+
+# The Ray Serve test: ray is a large install and a local cluster takes ~30 s to start.
+test-ray: $(STAMP)
+	$(BIN)/pip install -q -e ".[ray]"
+	$(BIN)/python -m pytest -q -m ray
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

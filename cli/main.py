@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
     "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
     "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
+    "serve": ("edgeseq.runtime.cli_serve:serve", "Serve a bundle over HTTP, batching requests."),
     "bench": ("edgeseq.bench.cli:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
 }
 

@@ -21,6 +21,7 @@ from .errors import InputTooLongError
 from .generator import Generator, Result, Source
 from .graph_search import SEARCH_MODES
 from .providers import PROVIDER_CHOICES
+from .results import result_json as results_json
 from .search import GenerationOptions
 
 INPUT_RULES = """\b
@@ -135,27 +136,8 @@ def _first(labels: list[str], shown: int = 5) -> str:
 
 
 def result_json(line: InputLine, result: Result | None, generator: Generator) -> dict[str, Any]:
-    """The JSON object printed for one input with --json."""
-    out: dict[str, Any] = {"index": line.number, "input": line.text}
-    if result is None:
-        return out | {"output": "", "skipped": "empty"}
-    target = generator.tokenizers.target
-    out |= {
-        "output": result.text,
-        "ids": list(result.token_ids),
-        "tokens": [target.id_to_token(i) for i in result.token_ids],
-        "score": result.score,
-        "logprob": result.logprob,
-        "finished": result.finished,
-        "truncated": result.source.truncated,
-        "unknown": list(result.source.unknown),
-    }
-    if len(result.nbest) > 1:
-        out["nbest"] = [
-            {"output": c.text, "ids": list(c.token_ids), "score": c.score, "logprob": c.logprob}
-            for c in result.nbest
-        ]
-    return out
+    """The JSON object printed for one input with --json (see runtime/results.py)."""
+    return results_json(line.number, line.text, result, generator.tokenizers.target)
 
 
 @click.command(epilog=INPUT_RULES)

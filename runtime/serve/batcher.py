@@ -1,0 +1,241 @@
+"""Dynamic batching across requests: a bounded queue and worker threads that run
+`Generator.generate` on merged batches.
+
+    batcher = Batcher(generator, BatchSettings(max_batch=32, max_wait_ms=5))
+    batcher.start()
+    future = batcher.submit(["hello", "world"], GenerationOptions(), timeout_s=30)
+    future.result()            # list[Result], one per text, in order
+    batcher.close()            # finishes what is queued, then stops the workers
+
+A worker takes the oldest request and waits at most `max_wait_ms` for more requests with
+the same options, counted from that request's arrival or from the moment the worker became
+free, whichever is later (so clients answered by the previous batch can join the next one).
+It runs them as one call to `Generator.generate` with `batch_size=max_batch`: up to
+`max_batch` inputs (and `max_batch_tokens` source tokens, if set). A request with more inputs
+than `max_batch` runs alone, split into engine batches by `generate` itself. Requests whose
+options differ never share a batch. Merging does not change results: padding is masked, and
+a seeded sample depends only on its input and the options (docs/runtime.md). If a merged
+batch fails, each request in it is run again alone, so one bad request cannot fail the others.
+
+The queue is bounded in inputs: `submit` raises `QueueFullError` when a request would not fit
+(the server answers 429). A request still queued after its timeout is dropped unrun.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+
+from ..errors import EdgeseqError
+from ..generator import Generator, Result
+from ..search import GenerationOptions
+
+
+class QueueFullError(EdgeseqError):
+    """The batching queue has no room for a request; retry later."""
+
+
+class ShuttingDownError(EdgeseqError):
+    """The server is draining its queue before exit and takes no new requests."""
+
+
+class RequestTimeoutError(EdgeseqError, TimeoutError):
+    """A request waited in the queue past its timeout and was not run."""
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    """How requests are merged and bounded."""
+
+    max_batch: int = 32  # inputs per engine batch
+    max_batch_tokens: int | None = None  # source tokens (with </s>) per merged batch; None: any
+    max_wait_ms: float = 5.0  # how long the oldest request waits for others to join it
+    max_queue: int = 1024  # inputs waiting at most; more: QueueFullError (HTTP 429)
+    workers: int = 1  # threads running the model (each runs one batch at a time)
+
+
+@dataclass
+class Job:
+    """One request's inputs waiting for a batch; `future` receives list[Result]."""
+
+    texts: list[str]
+    options: GenerationOptions
+    tokens: int  # source tokens with </s>, for the token budget
+    deadline: float  # time.monotonic() after which it is dropped unrun
+    arrived: float = field(default_factory=time.monotonic)
+    future: Future = field(default_factory=Future)
+
+
+def options_key(options: GenerationOptions, max_batch: int) -> GenerationOptions:
+    """What must be equal for two requests to share a batch: every option, with the
+    engine batch size set to the server's."""
+    return replace(options, batch_size=max_batch)
+
+
+def run_merged(
+    generator: Generator,
+    requests: Sequence[tuple[Sequence[str], GenerationOptions]],
+    max_batch: int,
+) -> list[list[Result] | Exception]:
+    """Run requests (texts, options), merging those with equal options into one
+    `generate` call; per request its results, or the exception that request alone raised.
+    Also used by the Ray Serve deployment."""
+    groups: dict[GenerationOptions, list[int]] = {}
+    for index, (_, options) in enumerate(requests):
+        groups.setdefault(options_key(options, max_batch), []).append(index)
+    out: list[list[Result] | Exception] = [[] for _ in requests]
+    for options, members in groups.items():
+        texts = [t for i in members for t in requests[i][0]]
+        try:
+            results = generator.generate(texts, options)
+        except Exception as exc:
+            if len(members) == 1:
+                out[members[0]] = exc
+                continue
+            for i in members:  # find the culprit: each request alone
+                out[i] = run_merged(generator, [requests[i]], max_batch)[0]
+            continue
+        start = 0
+        for i in members:
+            out[i] = results[start : start + len(requests[i][0])]
+            start += len(requests[i][0])
+    return out
+
+
+class Batcher:
+    """A bounded queue of requests and the worker threads that run them in batches."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        settings: BatchSettings | None = None,
+        on_batch: Callable[[int, int, float], None] | None = None,
+    ) -> None:
+        """`on_batch(inputs, generated_tokens, seconds)` is called after every engine call."""
+        self.generator = generator
+        self.settings = settings or BatchSettings()
+        self.on_batch = on_batch
+        self._waiting: deque[Job] = deque()
+        self._queued_inputs = 0
+        self._cv = threading.Condition()
+        self._closing = False
+        self._threads: list[threading.Thread] = []
+
+    @property
+    def queued_inputs(self) -> int:
+        """Inputs waiting for a batch."""
+        return self._queued_inputs
+
+    def start(self) -> None:
+        """Start the worker threads."""
+        for n in range(self.settings.workers):
+            thread = threading.Thread(target=self._work, name=f"edgeseq-batcher-{n}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def submit(
+        self, texts: list[str], options: GenerationOptions, timeout_s: float, tokens: int = 0
+    ) -> Future:
+        """Queue a request; its future gets list[Result] (one per text) or an exception.
+        Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
+        job = Job(list(texts), options, tokens, time.monotonic() + timeout_s)
+        with self._cv:
+            if self._closing:
+                raise ShuttingDownError("the server is shutting down; send the request elsewhere")
+            room = self.settings.max_queue - self._queued_inputs
+            if len(texts) > room:
+                raise QueueFullError(
+                    f"the queue is full ({self._queued_inputs} inputs waiting, at most "
+                    f"{self.settings.max_queue}); retry later"
+                )
+            self._waiting.append(job)
+            self._queued_inputs += len(texts)
+            self._cv.notify()
+        return job.future
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop taking requests, run every queued one, and join the workers."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        for thread in self._threads:
+            thread.join(timeout_s)
+
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
+            if batch is None:
+                return
+            self._run(batch)
+
+    def _next_batch(self) -> list[Job] | None:
+        """The oldest job and the compatible ones that fit its batch (waiting up to
+        max_wait_ms for them), without those cancelled or past their deadline meanwhile;
+        None once closing with nothing left."""
+        settings = self.settings
+        free = time.monotonic()  # when this worker became free to run a batch
+        with self._cv:
+            while not self._waiting and not self._closing:
+                self._cv.wait()
+            if not self._waiting:
+                return None
+            first = self._take(self._waiting[0])
+            key = options_key(first.options, settings.max_batch)
+            batch = [first]
+            rows, tokens = len(first.texts), first.tokens
+            until = max(first.arrived, free) + settings.max_wait_ms / 1000
+            while True:
+                for job in list(self._waiting):
+                    if options_key(job.options, settings.max_batch) != key:
+                        continue
+                    if rows + len(job.texts) > settings.max_batch:
+                        continue
+                    budget = settings.max_batch_tokens
+                    if budget is not None and tokens + job.tokens > budget:
+                        continue
+                    batch.append(self._take(job))
+                    rows, tokens = rows + len(job.texts), tokens + job.tokens
+                left = until - time.monotonic()
+                if rows >= settings.max_batch or self._closing or left <= 0:
+                    break
+                self._cv.wait(left)
+        return [job for job in batch if self._start(job)]
+
+    def _take(self, job: Job) -> Job:
+        """Remove `job` from the queue (lock held)."""
+        self._waiting.remove(job)
+        self._queued_inputs -= len(job.texts)
+        return job
+
+    @staticmethod
+    def _start(job: Job) -> bool:
+        """Mark `job` running; False (and its future settled) if it was cancelled or its
+        deadline passed."""
+        if not job.future.set_running_or_notify_cancel():
+            return False
+        if time.monotonic() > job.deadline:
+            job.future.set_exception(RequestTimeoutError("timed out waiting in the queue"))
+            return False
+        return True
+
+    def _run(self, batch: list[Job]) -> None:
+        if not batch:
+            return
+        started = time.perf_counter()
+        outcomes = run_merged(
+            self.generator, [(job.texts, job.options) for job in batch], self.settings.max_batch
+        )
+        seconds = time.perf_counter() - started
+        generated = 0
+        for job, outcome in zip(batch, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                job.future.set_exception(outcome)
+            else:
+                generated += sum(len(r.token_ids) + r.finished for r in outcome)
+                job.future.set_result(outcome)
+        if self.on_batch is not None:
+            self.on_batch(sum(len(job.texts) for job in batch), generated, seconds)

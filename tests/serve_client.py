@@ -1,0 +1,80 @@
+"""Helpers for the server tests: run an app on an ephemeral loopback port, and a small
+stdlib HTTP client (the tests need nothing beyond the `serve` extra)."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import json
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+HOST = "127.0.0.1"
+# The installed console script (beside the interpreter in a venv), else the group's module.
+_SCRIPT = Path(sys.executable).with_name("edgeseq")
+EDGESEQ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "edgeseq.cli.main"]
+
+
+@contextlib.contextmanager
+def running(app: Any, ready_timeout_s: float = 60.0) -> Iterator[int]:
+    """Serve `app` with uvicorn on 127.0.0.1 and an ephemeral port, in a thread; yield the
+    port once /health answers 200; stop the server (lifespan shutdown included) after."""
+    import uvicorn
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((HOST, 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_ready(port, ready_timeout_s)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def wait_ready(port: int, timeout_s: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Poll GET /health until 200; fail after `timeout_s` or once `alive()` is False."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not alive():
+            raise AssertionError(f"the server for port {port} exited before it was ready")
+        with contextlib.suppress(OSError):
+            if request(port, "GET", "/health")[0] == 200:
+                return
+        time.sleep(0.05)
+    raise AssertionError(f"server on port {port} not ready within {timeout_s} s")
+
+
+def request(
+    port: int, method: str, path: str, body: Any = None, raw: bytes | None = None
+) -> tuple[int, dict[str, str], Any]:
+    """(status, headers, parsed JSON body or text) of one request to 127.0.0.1:port."""
+    conn = http.client.HTTPConnection(HOST, port, timeout=60)
+    try:
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        headers = {"Content-Type": "application/json"} if data is not None else {}
+        conn.request(method, path, body=data, headers=headers)
+        response = conn.getresponse()
+        payload = response.read().decode("utf-8")
+        kind = response.getheader("content-type", "")
+        parsed = json.loads(payload) if kind.startswith("application/json") else payload
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, parsed
+    finally:
+        conn.close()
+
+
+def generate(port: int, inputs: list[str], options: dict | None = None) -> tuple[int, Any]:
+    """(status, body) of POST /v1/generate."""
+    status, _, body = request(
+        port, "POST", "/v1/generate", {"inputs": inputs, "options": options or {}}
+    )
+    return status, body
