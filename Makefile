@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean edge
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,17 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
+# Edge targets (docs/edge.md): the bundle on emulated ARM64 and in headless Chromium, compared
+# with x86 output. Not part of `test`: it installs apt packages and downloads an arm64 root
+# filesystem, aarch64 wheels and npm packages into .edge-cache/ (once).
+EDGE_BUNDLE := bundles/g2p-en
+edge: $(STAMP)
+	bash scripts/edge/setup.sh
+	test -f $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export models/g2p-en \
+		--out $(EDGE_BUNDLE) --variants fp32,int8
+	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
+		--screenshot docs/edge-demo.png
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -32,4 +43,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs bundles build *.egg-info
+	rm -rf $(VENV) runs bundles build *.egg-info .edge-cache

@@ -41,7 +41,9 @@ export function buildNormalizer(spec) {
     case "NFKD":
       return (s) => s.normalize(spec.type);
     case "Lowercase":
-      return (s) => s.toLowerCase();
+      // Code point by code point, like tokenizers (Rust char::to_lowercase): String's
+      // toLowerCase would turn a word-final capital sigma into final sigma instead.
+      return (s) => Array.from(s, (c) => c.toLowerCase()).join("");
     case "Strip": {
       const left = spec.strip_left ?? true;
       const right = spec.strip_right ?? true;
@@ -117,6 +119,9 @@ function splitBy(text, re, behavior, invert) {
   }
 }
 
+const WORD_CHAR = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
+const WHITESPACE_WORDS = new RegExp(`[${WORD_CHAR}]+|[^${WORD_CHAR}\\s]+`, "gu");
+
 /** A function string -> string[] for a `pre_tokenizer` entry (null: the whole text). */
 export function buildPreTokenizer(spec) {
   if (spec === null || spec === undefined) return (s) => (s.length ? [s] : []);
@@ -132,7 +137,8 @@ export function buildPreTokenizer(spec) {
     case "WhitespaceSplit":
       return (s) => s.split(/\s+/u).filter((p) => p.length);
     case "Whitespace":
-      return (s) => s.match(/\w+|[^\w\s]+/gu) ?? [];
+      // tokenizers' \w+|[^\w\s]+ with Unicode \w (JavaScript's \w is ASCII only).
+      return (s) => s.match(WHITESPACE_WORDS) ?? [];
     default:
       throw new TokenizerError(
         `pre-tokenizer ${JSON.stringify(spec.type)} is not supported by the web runtime; ` +
