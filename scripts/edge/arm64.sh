@@ -8,10 +8,17 @@
 #            downloaded packages are unpacked with dpkg-deb, so no binfmt_misc/chroot is needed
 #            and the script works in containers; /proc/cpuinfo inside it is a fake ARM one.
 #   wheels/  aarch64 wheels of numpy, onnxruntime, tokenizers, click (pip download --platform).
-# Every run rebuilds edgeseq's own wheel from this checkout and installs it (--no-deps) into
-# rootfs/opt/edgeseq, then runs, per variant, under qemu-aarch64-static -L rootfs:
+# The wheels are installed once (by the host's pip, for aarch64) into rootfs/opt/edgeseq-deps.
+# Every run builds edgeseq's own wheel from this checkout and installs it (--no-deps) into a
+# temporary directory of its own, then runs, per variant, under qemu-aarch64-static -L rootfs:
 #   python3 -m edgeseq generate BUNDLE --input WORDS --variant V  > OUT_DIR/arm64-V.txt
 # and writes the seconds it took to OUT_DIR/arm64-V.seconds.
+#
+# The emulated CPU is $QEMU_CPU (default neoverse-n1: ARMv8.2 with dot product, the core of
+# AWS Graviton2; cortex-a76, the Raspberry Pi 5's, gives the same outputs). qemu's default
+# "max" CPU made the int8 graphs' outputs wrong (0 of 20 words equal to x86 with qemu 7.2 and
+# onnxruntime 1.31, while fp32 stayed identical), and cortex-a72 (ARMv8.0) stops with an illegal
+# instruction: the aarch64 wheels need ARMv8.2.
 #
 # Why the fake /proc/cpuinfo: onnxruntime's CPU detection reads /proc/cpuinfo; under
 # emulation it would read the host's x86 file and segfault. qemu's -L prefix redirects the read
@@ -36,6 +43,7 @@ WHEELS=$CACHE/wheels
 PY=${PYTHON:-$REPO/.venv/bin/python}
 SUITE=bookworm           # python3.11 on arm64
 PYVER=3.11
+QEMU_CPU=${QEMU_CPU:-neoverse-n1}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 # tokenizers and protobuf publish manylinux_2_17 (manylinux2014) wheels, onnxruntime 2_28.
 PLATFORMS=(--platform manylinux_2_28_aarch64 --platform manylinux_2_17_aarch64
@@ -67,7 +75,7 @@ build_rootfs() {
   cat >"$tmp/proc/cpuinfo" <<'CPUINFO'
 processor	: 0
 BogoMIPS	: 50.00
-Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32 cpuid
+Features	: fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm lrcpc dcpop asimddp ssbs
 CPU implementer	: 0x41
 CPU architecture: 8
 CPU variant	: 0x3
@@ -87,15 +95,19 @@ download_wheels() {
   mv "$WHEELS.partial" "$WHEELS"
 }
 
-install_edgeseq() {
-  local build=$CACHE/edgeseq-wheel site=$ROOTFS/opt/edgeseq
-  rm -rf "$build" "$site"
-  "$PY" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$build" "$REPO" >&2
+install_deps() {
   # Host pip installs the aarch64 wheels as files: no pip needs to run under emulation.
-  "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target "$site" \
+  rm -rf "$DEPS.partial"
+  "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target "$DEPS.partial" \
     "${PLATFORMS[@]}" --python-version "$PYVER" --implementation cp --only-binary=:all: \
     "${RUNTIME_DEPS[@]}"
-  "$PY" -m pip install -q --no-deps --target "$site" "$build"/edgeseq-*.whl
+  mv "$DEPS.partial" "$DEPS"
+}
+
+install_edgeseq() {
+  # This checkout's wheel, into a directory of this run's own (runs may overlap).
+  "$PY" -m pip wheel -q --no-deps --no-build-isolation --wheel-dir "$SITE/wheel" "$REPO" >&2
+  "$PY" -m pip install -q --no-deps --target "$SITE/edgeseq" "$SITE"/wheel/edgeseq-*.whl
 }
 
 # The same versions as the x86 runtime it is compared with (onnxruntime-gpu there).
@@ -112,15 +124,20 @@ PYCODE
 RUNTIME_DEPS=($(printf '%s\n' "${RUNTIME_DEPS[@]}" | sort -u -t= -k1,1))
 WHEELS=$WHEELS/$(printf '%s_' "${RUNTIME_DEPS[@]}" | tr -c 'A-Za-z0-9._\n' '_')
 
+DEPS=$ROOTFS/opt/edgeseq-deps/$(basename "$WHEELS")
+
 mkdir -p "$CACHE" "$OUT"
 [[ -x $ROOTFS/usr/bin/python$PYVER ]] || build_rootfs
 [[ -d $WHEELS ]] || download_wheels
+[[ -d $DEPS ]] || install_deps
+SITE=$(mktemp -d "$CACHE/run.XXXXXX")
+trap 'rm -rf "$SITE"' EXIT
 install_edgeseq
 
 for variant in "${VARIANTS[@]}"; do
   start=$(date +%s.%N)
-  PYTHONPATH=/opt/edgeseq PYTHONDONTWRITEBYTECODE=1 \
-    qemu-aarch64-static -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m edgeseq.runtime.cli \
+  PYTHONPATH=$SITE/edgeseq:$DEPS PYTHONDONTWRITEBYTECODE=1 \
+    qemu-aarch64-static -cpu "$QEMU_CPU" -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m edgeseq.runtime.cli \
     generate "$BUNDLE" --input "$WORDS" --variant "$variant" --provider cpu \
     >"$OUT/arm64-$variant.txt"
   end=$(date +%s.%N)
