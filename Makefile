@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ray lint format clean node-example
+.PHONY: demo test test-ray lint format clean node-example edge
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -28,6 +28,17 @@ test-ray: $(STAMP)
 	$(BIN)/pip install -q -e ".[ray]"
 	$(BIN)/python -m pytest -q -m ray
 
+# Edge targets (docs/edge.md): the bundle on emulated ARM64 and in headless Chromium, compared
+# with x86 output. Not part of `test`: it installs apt packages and downloads an arm64 root
+# filesystem, aarch64 wheels and npm packages into .edge-cache/ (once).
+EDGE_BUNDLE := bundles/g2p-en
+edge: $(STAMP)
+	bash scripts/edge/setup.sh
+	test -f $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export models/g2p-en \
+		--out $(EDGE_BUNDLE) --variants fp32,int8
+	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
+		--screenshot docs/edge-demo.png
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -37,7 +48,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs bundles build *.egg-info
+	rm -rf $(VENV) runs bundles build *.egg-info .edge-cache
 
 # onnxruntime-node for examples/node (the one-graph search variant from JavaScript); the
 # tests skip the example until it is installed or when npm cannot reach the registry.

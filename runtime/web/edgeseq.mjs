@@ -1,0 +1,196 @@
+// edgeseq in the browser: load a bundle and decode greedily with onnxruntime-web (wasm).
+//
+//   import * as ort from "./ort/ort.wasm.min.mjs";        // onnxruntime-web's dist folder
+//   import { Bundle } from "./edgeseq.mjs";
+//   const bundle = await Bundle.load(ort, "./bundle/", { variant: "int8" });
+//   await bundle.generate("hello")                           // "HH AH0 L OW1"
+//
+// The bundle is the directory `edgeseq export` writes (docs/bundle.md): config.json,
+// manifest.json, tokenizer.json (and tokenizer.target.json), and the two graphs of the chosen
+// variant as the manifest names them. Every file is checked against the manifest's sha256 when
+// the page has WebCrypto (https or 127.0.0.1/localhost). Inputs and outputs are fed and read by
+// the names config.json lists, like runtime/ort_step.py: encoder src_ids int64 [1, S] ->
+// memory and cross_k.i / cross_v.i float32 [1, H, S, Dh]; decoder input_ids int64 [1, 1],
+// past_k.i / past_v.i [1, H, P, Dh], cross K/V, src_mask bool [1, S] -> logits [1, 1, V] and
+// present_k.i / present_v.i [1, H, P + 1, Dh]. Greedy: arg-max, lowest id on ties, as
+// runtime/search.py; one word at a time (batch 1).
+
+import { Tokenizer, TokenizerError } from "./tokenizer.mjs";
+
+export { Tokenizer, TokenizerError };
+
+export class BundleError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "BundleError";
+  }
+}
+
+async function fetchBytes(url) {
+  let response;
+  try {
+    response = await fetch(url);
+  } catch (err) {
+    throw new BundleError(`cannot fetch ${url}: ${err.message}; is the bundle served there?`);
+  }
+  if (!response.ok) {
+    throw new BundleError(`cannot fetch ${url}: HTTP ${response.status}; serve the bundle there`);
+  }
+  return new Uint8Array(await response.arrayBuffer());
+}
+
+async function sha256Hex(bytes) {
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", bytes);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function parseJSON(bytes, name) {
+  try {
+    return JSON.parse(new TextDecoder().decode(bytes));
+  } catch (err) {
+    throw new BundleError(`${name} is not valid JSON (${err.message}); re-export the bundle`);
+  }
+}
+
+/** Input/output names of a graph from config.json's "io" section, grouped by family. */
+function ioNames(config, graph, side) {
+  const entries = config.io?.[graph]?.[side];
+  if (!Array.isArray(entries)) {
+    throw new BundleError(`config.json has no io.${graph}.${side}; re-export the bundle`);
+  }
+  const byFamily = {};
+  for (const { name, dtype } of entries) {
+    const family = name.split(".", 1)[0];
+    (byFamily[family] ??= []).push({ name, dtype });
+  }
+  return byFamily;
+}
+
+export class Bundle {
+  /**
+   * Fetch and check a bundle and open its two graphs of `variant` (default "fp32").
+   * `ort` is the onnxruntime-web module; `baseUrl` the bundle directory's URL.
+   */
+  static async load(ort, baseUrl, { variant = "fp32", sessionOptions = {} } = {}) {
+    const base = baseUrl.endsWith("/") ? baseUrl : `${baseUrl}/`;
+    const manifest = parseJSON(await fetchBytes(`${base}manifest.json`), "manifest.json");
+    const entry = manifest.variants?.[variant];
+    if (!entry) {
+      const known = Object.keys(manifest.variants ?? {}).join(", ");
+      throw new BundleError(`the bundle has no variant ${variant}; it has: ${known}`);
+    }
+    if (entry.format && entry.format !== "onnx") {
+      throw new BundleError(`variant ${variant} is ${entry.format}; the web runtime runs .onnx`);
+    }
+    const verify = Boolean(globalThis.crypto?.subtle);
+    const get = async (name) => {
+      const bytes = await fetchBytes(`${base}${name}`);
+      const want = manifest.files?.[name]?.sha256;
+      if (!want) throw new BundleError(`${name} is not listed in manifest.json`);
+      if (verify && (await sha256Hex(bytes)) !== want) {
+        throw new BundleError(`${name} does not match its sha256 in manifest.json; re-export`);
+      }
+      return bytes;
+    };
+    const config = parseJSON(await get("config.json"), "config.json");
+    const names = config.tokenizers ?? { source: "tokenizer.json", target: "tokenizer.json" };
+    const source = Tokenizer.fromJSON(parseJSON(await get(names.source), names.source));
+    const target =
+      names.target === names.source
+        ? source
+        : Tokenizer.fromJSON(parseJSON(await get(names.target), names.target));
+    const options = { executionProviders: ["wasm"], ...sessionOptions };
+    const [encoder, decoder] = await Promise.all(
+      [entry.encoder, entry.decoder].map(async (file) =>
+        ort.InferenceSession.create(await get(file), options),
+      ),
+    );
+    return new Bundle(ort, config, source, target, encoder, decoder, { variant, verified: verify });
+  }
+
+  constructor(ort, config, source, target, encoder, decoder, info) {
+    this.ort = ort;
+    this.config = config;
+    this.model = config.model;
+    this.source = source;
+    this.target = target;
+    this.encoder = encoder;
+    this.decoder = decoder;
+    this.info = info;
+    this.encoderOut = ioNames(config, "encoder", "outputs");
+    this.decoderIn = ioNames(config, "decoder", "inputs");
+    this.decoderOut = ioNames(config, "decoder", "outputs");
+    const dtype = this.decoderIn.past_k?.[0]?.dtype;
+    if (dtype !== "float32") {
+      throw new BundleError(`cache dtype ${dtype} is not supported; use the fp32 or int8 variant`);
+    }
+  }
+
+  /** Source ids of `text` plus </s>; longer than max_len is an error, as in Python. */
+  encode(text) {
+    const ids = [...this.source.encode(text), this.model.eos_id];
+    if (ids.length > this.model.max_len) {
+      throw new BundleError(
+        `input has ${ids.length} source tokens with </s> but the model's max_len is ` +
+          `${this.model.max_len}; shorten it`,
+      );
+    }
+    return ids;
+  }
+
+  /** Greedy output ids (without <s> and </s>) for source ids int64 [S]. */
+  async greedyIds(srcIds) {
+    const { Tensor } = this.ort;
+    const S = srcIds.length;
+    const H = this.model.n_heads;
+    const dHead = this.model.d_model / this.model.n_heads;
+    const src = new Tensor("int64", BigInt64Array.from(srcIds, BigInt), [1, S]);
+    const srcName = ioNames(this.config, "encoder", "inputs").src_ids[0].name;
+    const enc = await this.encoder.run({ [srcName]: src });
+    const feeds = {
+      [this.decoderIn.src_mask[0].name]: new Tensor(
+        "bool",
+        Uint8Array.from(srcIds, (id) => (id !== this.model.pad_id ? 1 : 0)),
+        [1, S],
+      ),
+    };
+    for (const family of ["cross_k", "cross_v"]) {
+      this.decoderIn[family].forEach(({ name }, i) => {
+        feeds[name] = enc[this.encoderOut[family][i].name];
+      });
+    }
+    const empty = new Tensor("float32", new Float32Array(0), [1, H, 0, dHead]);
+    for (const family of ["past_k", "past_v"]) {
+      for (const { name } of this.decoderIn[family]) feeds[name] = empty;
+    }
+    const out = [];
+    let last = this.model.bos_id;
+    const inputName = this.decoderIn.input_ids[0].name;
+    const logitsName = this.decoderOut.logits[0].name;
+    for (let step = 0; step < this.model.max_len; step++) {
+      feeds[inputName] = new Tensor("int64", BigInt64Array.of(BigInt(last)), [1, 1]);
+      const result = await this.decoder.run(feeds);
+      const logits = result[logitsName].data; // [1, 1, V]
+      let best = 0;
+      for (let v = 1; v < logits.length; v++) if (logits[v] > logits[best]) best = v;
+      if (best === this.model.eos_id) break;
+      out.push(best);
+      last = best;
+      for (const [past, present] of [
+        ["past_k", "present_k"],
+        ["past_v", "present_v"],
+      ]) {
+        this.decoderIn[past].forEach(({ name }, i) => {
+          feeds[name] = result[this.decoderOut[present][i].name];
+        });
+      }
+    }
+    return out;
+  }
+
+  /** The greedy output text of one input; an empty input gives "" without running. */
+  async generate(text) {
+    if (!text) return "";
+    return this.target.decode(await this.greedyIds(this.encode(text)));
+  }
+}

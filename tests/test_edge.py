@@ -1,0 +1,109 @@
+"""Edge targets: the same bundle in headless Chromium (runtime/web/) and on emulated ARM64,
+output for output equal to `edgeseq generate` on this machine.
+
+Marked `edge`. They run when `make edge` has built their cache (.edge-cache/npm for the
+browser, .edge-cache/arm64 for ARM64) or when EDGESEQ_EDGE=1 is set (then a missing cache is
+built: npm packages, an arm64 root filesystem and aarch64 wheels are downloaded); otherwise
+they skip with the reason. The model is the tests' tiny reversal bundle, so a run takes
+about a minute per target, most of it starting the browser or the emulated interpreter.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("EDGESEQ_EDGE_CACHE", REPO / ".edge-cache"))
+FORCED = os.environ.get("EDGESEQ_EDGE") == "1"
+CHROMIUM = next(
+    (p for p in ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium") if Path(p).exists()),
+    os.environ.get("CHROMIUM"),
+)
+
+pytestmark = pytest.mark.edge
+
+
+def need(tools: dict[str, bool], cache: Path) -> None:
+    """Skip unless every tool exists and the cache is built (or EDGESEQ_EDGE=1)."""
+    missing = [name for name, present in tools.items() if not present]
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed; make edge installs them")
+    if not FORCED and not cache.exists():
+        pytest.skip(f"{cache} is not built; run make edge once, or set EDGESEQ_EDGE=1")
+
+
+def words_file(tmp_path: Path, n: int = 200) -> Path:
+    """`n` reversal inputs (letters a-j), plus an empty line and out-of-vocabulary symbols."""
+    rng = np.random.default_rng(29)
+    words = ["".join(rng.choice(list("abcdefghij"), rng.integers(1, 9))) for _ in range(n)]
+    words += ["", "abZc", "é"]
+    path = tmp_path / "words.txt"
+    path.write_text("".join(f"{w}\n" for w in words), encoding="utf-8")
+    return path
+
+
+def x86_outputs(bundle: Path, words: Path) -> list[str]:
+    """`edgeseq generate` output lines on this machine."""
+    edgeseq = Path(sys.executable).with_name("edgeseq")
+    result = subprocess.run(
+        [str(edgeseq), "generate", str(bundle), "--input", str(words), "--provider", "cpu"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return result.stdout.splitlines()
+
+
+def browser_check(bundle: Path, words: Path, out: Path, *extra: str):
+    """Run scripts/edge/browser_check.mjs (installing its npm packages first if needed)."""
+    subprocess.run(["bash", "scripts/edge/setup.sh"], cwd=REPO, check=True, capture_output=True)
+    command = ["node", "scripts/edge/browser_check.mjs", "--bundle", str(bundle),
+               "--words", str(words), "--out", str(out), *extra]  # fmt: skip
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def test_browser_outputs_equal_python(runtime_case, tmp_path: Path) -> None:
+    need({"node": bool(shutil.which("node")), "chromium": bool(CHROMIUM)}, CACHE / "npm")
+    words = words_file(tmp_path)
+    shot = tmp_path / "page.png"
+    result = browser_check(runtime_case.bundle, words, tmp_path, "--screenshot", str(shot))
+    assert result.returncode == 0, result.stderr
+    got = (tmp_path / "browser-fp32.txt").read_text(encoding="utf-8").splitlines()
+    want = x86_outputs(runtime_case.bundle, words)
+    assert len(want) == 203
+    assert got == want
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_browser_refuses_a_tampered_bundle(runtime_case, tmp_path: Path) -> None:
+    need({"node": bool(shutil.which("node")), "chromium": bool(CHROMIUM)}, CACHE / "npm")
+    bundle = tmp_path / "bundle"
+    shutil.copytree(runtime_case.bundle, bundle)
+    with (bundle / "tokenizer.json").open("a", encoding="utf-8") as f:
+        f.write(" ")
+    result = browser_check(bundle, words_file(tmp_path, 2), tmp_path / "out")
+    assert result.returncode == 1
+    assert "tokenizer.json does not match its sha256 in manifest.json" in result.stderr
+
+
+def test_arm64_outputs_equal_x86(runtime_case, tmp_path: Path) -> None:
+    tools = {
+        "qemu-user-static": bool(shutil.which("qemu-aarch64-static")),
+        "debootstrap": bool(shutil.which("debootstrap")),
+    }
+    need(tools, CACHE / "arm64" / "rootfs")
+    words = words_file(tmp_path)
+    env = {**os.environ, "PYTHON": sys.executable}
+    result = subprocess.run(
+        ["bash", "scripts/edge/arm64.sh", str(runtime_case.bundle), str(words), str(tmp_path),
+         "fp32"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    got = (tmp_path / "arm64-fp32.txt").read_text(encoding="utf-8").splitlines()
+    assert got == x86_outputs(runtime_case.bundle, words)
