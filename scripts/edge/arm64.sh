@@ -11,7 +11,7 @@
 # The wheels are installed once (by the host's pip, for aarch64) into rootfs/opt/edgeseq-deps.
 # Every run builds edgeseq's own wheel from this checkout and installs it (--no-deps) into a
 # temporary directory of its own, then runs, per variant, under qemu-aarch64-static -L rootfs:
-#   python3 -m edgeseq generate BUNDLE --input WORDS --variant V  > OUT_DIR/arm64-V.txt
+#   python3 -m edgeseq.cli.main generate BUNDLE --input WORDS --variant V  > OUT_DIR/arm64-V.txt
 # and writes the seconds it took to OUT_DIR/arm64-V.seconds.
 #
 # The emulated CPU is $QEMU_CPU (default neoverse-n1: ARMv8.2 with dot product, the core of
