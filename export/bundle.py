@@ -235,7 +235,7 @@ def _write_into(
         progress=say,
     )
     say("write config, tokenizers, manifest")
-    tokenizer_files = tokenizers.save(directory)
+    tokenizer_files = tokenizers.save(directory, model.cfg.max_len)
     _write_json(
         directory / C.CONFIG_FILE, bundle_config(model, tokenizer_files, encoder, decoder, task)
     )
