@@ -191,17 +191,17 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
 )
 @click.option(
     "--provider",
-    type=click.Choice(PROVIDER_CHOICES),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
+    type=click.Choice(PROVIDER_CHOICES, case_sensitive=False),
+    default=None,
+    help="auto: CUDA if a GPU is usable, else CPU (a warning only when a GPU is present but "
+    "CUDA fails); cuda: strict; cpu. Default: $EDGESEQ_PROVIDER, else auto.",
 )
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
 @click.option(
     "--variant",
-    default="fp32",
-    show_default=True,
-    help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them).",
+    default=None,
+    help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them; "
+    "default: fp32, or the only variant of a built-in bundle).",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
 @click.option(
@@ -224,14 +224,15 @@ def generate(
     seed: int | None,
     batch_size: int,
     max_new_tokens: int | None,
-    provider: str,
+    provider: str | None,
     threads: int | None,
-    variant: str,
+    variant: str | None,
     as_json: bool,
     truncate: bool,
     stream: bool,
 ) -> None:
-    """Generate outputs for TEXT arguments, or for input lines, with the bundle BUNDLE."""
+    """Generate outputs for TEXT arguments, or for input lines, with the bundle BUNDLE (a
+    directory, or a built-in model name such as g2p-en: `edgeseq models` lists them)."""
     sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
     given = [name for name, value in sampling.items() if value is not None]
     if given and not sample:

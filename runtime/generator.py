@@ -1,6 +1,7 @@
 """Generate with an exported bundle: the torch-free API.
 
-    gen = Generator.load("bundles/rev")                # providers="auto": CUDA if it loads
+    gen = Generator.load("bundles/rev")                # $EDGESEQ_PROVIDER, else "auto"
+    gen = Generator.load("g2p-en")                     # a built-in bundle (edgeseq models)
     [r] = gen.generate(["abc"], GenerationOptions(beam_size=4, n_best=2))
     r.text, r.token_ids, r.score, [c.text for c in r.nbest]
     for piece in gen.stream("abc"):                    # greedy or sampling, token by token
@@ -29,7 +30,7 @@ from .bundle import Bundle, check_graph_pair, load_bundle
 from .config import ModelConfig
 from .errors import InputTooLongError, OptionsError
 from .ort_step import OrtBoundStep, OrtStep
-from .providers import check_provider, open_sessions
+from .providers import Providers, check_providers, open_sessions
 from .search import (
     Chooser,
     GenerationOptions,
@@ -95,16 +96,20 @@ class Generator:
     def load(
         cls,
         bundle_dir: str | Path,
-        providers: str = "auto",
+        providers: Providers = None,
         threads: int | None = None,
-        variant: str = "fp32",
+        variant: str | None = None,
         optimization: str = "all",
     ) -> Generator:
-        """Check and open the bundle at `bundle_dir` (see `load_bundle`) on `providers`
-        ("auto", "cuda" or "cpu"; see runtime/providers.py) with `threads` intra-op threads
-        (default: every core)."""
-        check_provider(providers)
+        """Check and open the bundle at `bundle_dir` (a directory, or a built-in name such
+        as "g2p-en"; see `load_bundle`), graph `variant` (default: `Bundle.default_variant`),
+        on `providers` ("auto", "cuda", "cpu", or a list of onnxruntime provider names such
+        as ["OpenVINOExecutionProvider", "CPUExecutionProvider"]; default $EDGESEQ_PROVIDER,
+        else "auto"; see runtime/providers.py) with `threads` intra-op threads (default: every
+        core)."""
+        providers = check_providers(providers)
         bundle = load_bundle(bundle_dir)
+        variant = variant or bundle.default_variant
         encoder_path, decoder_path = bundle.graphs(variant)
         encoder, decoder, device = open_sessions(
             encoder_path, decoder_path, providers, threads, optimization
