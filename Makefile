@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint format clean
+.PHONY: demo test lint format clean builtin-model wheel
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -23,6 +23,16 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
+# The g2p-en bundle shipped in the wheel (runtime/models/g2p-en), re-exported from the
+# checkpoint in models/g2p-en with parity checks and the int8 accuracy gate; int8 graphs only.
+builtin-model: $(STAMP)
+	$(BIN)/python -m edgeseq.export.builtin models/g2p-en runtime/models/g2p-en
+
+# The wheel and sdist in dist/ (what `pip install dist/edgeseq-*.whl` installs).
+wheel: $(STAMP)
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
+	$(BIN)/python -c "import setuptools.build_meta as b; b.build_sdist('dist')"
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -32,4 +42,4 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs bundles build *.egg-info
+	rm -rf $(VENV) runs bundles build dist *.egg-info

@@ -25,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
     "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
     "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
+    "models": ("edgeseq.runtime.cli_models:models", "List the built-in bundles (usable by name)."),
     "bench": ("edgeseq.runtime.cli_bench:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
 }
 
