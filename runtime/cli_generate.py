@@ -19,6 +19,7 @@ import click
 
 from .errors import InputTooLongError
 from .generator import Generator, Result, Source
+from .progress import progress_bar
 from .providers import PROVIDER_CHOICES
 from .search import GenerationOptions
 
@@ -263,15 +264,20 @@ def generate(
                 click.echo(piece, nl=False)
             click.echo()
         return
-    for start in range(0, len(lines), batch_size):
-        chunk = range(start, min(start + batch_size, len(lines)))
-        todo = [i for i in chunk if i in sources]
-        results = dict(
-            zip(todo, generator.generate([lines[i].text for i in todo], options), strict=True)
-        )
-        for i in chunk:
-            result = results.get(i)
-            if as_json:
-                click.echo(json.dumps(result_json(lines[i], result, generator), ensure_ascii=False))
-            else:
-                click.echo(result.text if result is not None else "")
+    # A bar for inputs longer than one batch, when output goes to a file or pipe (a bar
+    # between output lines on the same terminal would garble them).
+    shown = len(lines) > batch_size and not sys.stdout.isatty()
+    with progress_bar(len(lines) if shown else 0, "line", "generate", disable=not shown) as bar:
+        for start in range(0, len(lines), batch_size):
+            chunk = range(start, min(start + batch_size, len(lines)))
+            todo = [i for i in chunk if i in sources]
+            texts = [lines[i].text for i in todo]
+            results = dict(zip(todo, generator.generate(texts, options), strict=True))
+            for i in chunk:
+                result = results.get(i)
+                if as_json:
+                    row = result_json(lines[i], result, generator)
+                    click.echo(json.dumps(row, ensure_ascii=False))
+                else:
+                    click.echo(result.text if result is not None else "")
+            bar.update(len(chunk))

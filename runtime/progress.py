@@ -19,9 +19,12 @@ def stderr_is_terminal() -> bool:
     return bool(getattr(sys.stderr, "isatty", None)) and sys.stderr.isatty()
 
 
-def progress_bar(total: int, unit: str, desc: str, **kwargs: Any) -> tqdm:
-    """A tqdm bar over `total` units on stderr, disabled unless stderr is a terminal."""
+def progress_bar(
+    total: int | None, unit: str, desc: str, disable: bool = False, **kwargs: Any
+) -> tqdm:
+    """A tqdm bar over `total` units (None: a counter) on stderr; disabled when `disable` or
+    when stderr is not a terminal."""
     return tqdm(
-        total=total, unit=unit, desc=desc, file=sys.stderr, disable=not stderr_is_terminal(),
-        leave=False, dynamic_ncols=True, **kwargs,
+        total=total, unit=unit, desc=desc, file=sys.stderr,
+        disable=disable or not stderr_is_terminal(), leave=False, dynamic_ncols=True, **kwargs,
     )  # fmt: skip
