@@ -21,11 +21,11 @@ import click
 
 from edgeseq.runtime.builtin import resolve_bundle
 from edgeseq.runtime.constants import MANIFEST_FILE
-from edgeseq.runtime.errors import DataError, EdgeseqError, MissingDependencyError, OptionsError
+from edgeseq.runtime.errors import DataError, EdgeseqError, OptionsError
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.progress import progress_bar
 from edgeseq.runtime.providers import PROVIDER_CHOICES
-from edgeseq.runtime.scoring import EVAL_EXTRA_HINT, task_scores
+from edgeseq.runtime.scoring import task_scores
 from edgeseq.runtime.search import GenerationOptions
 
 from .tasks import SPLITS, load_task, read_tsv
@@ -60,13 +60,7 @@ def bundle_references(
             "this bundle's task data is not built in (a user corpus): pass --data FILE with "
             "source<TAB>target lines"
         )
-    try:
-        loaded = load_task(task["name"], **task.get("options", {}))
-    except ModuleNotFoundError as exc:
-        raise MissingDependencyError(
-            f"the {task['name']} task's data needs {exc.name}: {EVAL_EXTRA_HINT}"
-        ) from None
-    return loaded.references(split)
+    return load_task(task["name"], **task.get("options", {})).references(split)
 
 
 def evaluate_bundle(
