@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ray lint format clean node-example edge
+.PHONY: demo test test-ray lint format clean node-example edge builtin-model wheel
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -39,6 +39,16 @@ edge: $(STAMP)
 	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
 		--screenshot docs/edge-demo.png
 
+# The g2p-en bundle shipped in the wheel (runtime/models/g2p-en), re-exported from the
+# checkpoint in models/g2p-en with parity checks and the int8 accuracy gate; int8 graphs only.
+builtin-model: $(STAMP)
+	$(BIN)/python -m edgeseq.export.builtin models/g2p-en runtime/models/g2p-en
+
+# The wheel and sdist in dist/ (what `pip install dist/edgeseq-*.whl` installs).
+wheel: $(STAMP)
+	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
+	$(BIN)/python -c "import setuptools.build_meta as b; b.build_sdist('dist')"
+
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -48,7 +58,7 @@ format: $(STAMP)
 	$(BIN)/ruff check --fix .
 
 clean:
-	rm -rf $(VENV) runs bundles build *.egg-info .edge-cache
+	rm -rf $(VENV) runs bundles build dist *.egg-info .edge-cache
 
 # onnxruntime-node for examples/node (the one-graph search variant from JavaScript); the
 # tests skip the example until it is installed or when npm cannot reach the registry.

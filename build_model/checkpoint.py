@@ -11,6 +11,7 @@ Layout of a checkpoint directory:
                                float16 for a shipped average (loaded back as float32)
     config.json                ModelConfig, indent=2 sort_keys
     tokenizer.json             source tokenizer [+ tokenizer.target.json when not shared]
+    tokenizer_config.json      special tokens for transformers (PreTrainedTokenizerFast)
     task.json                  {"name": "g2p", "options": {"stress": true}, "format": 1}
     train_state.json           step, epoch, best metric, recipe, seed, optimizer hyper-parameters
     train_state.safetensors    optional: Adam moments ("optimizer.<param>.<key>") and the torch
@@ -126,7 +127,7 @@ def save_checkpoint(
     with _atomic_directory(path) as tmp:
         save_model(model, str(tmp / MODEL_FILE), metadata={"format": str(CHECKPOINT_FORMAT)})
         model.cfg.save(tmp / CONFIG_FILE)
-        tokenizers.save(tmp)
+        tokenizers.save(tmp, model.cfg.max_len)
         _write_json(tmp / TASK_FILE, dict(task, format=CHECKPOINT_FORMAT))
         if optimizer is not None:
             tensors, groups = optimizer_tensors(optimizer)

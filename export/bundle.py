@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from importlib import metadata
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
@@ -79,6 +79,18 @@ def min_onnxruntime(opset: int, ir_version: int) -> str:
     return max(candidates, key=version_key)
 
 
+def portable_task(task: dict[str, Any] | None) -> dict[str, Any] | None:
+    """`task` as a bundle records it: a corpus path (task "tsv") is cut to its file name, so
+    no bundle file holds a path of the exporting machine. The checkpoint keeps the full path
+    (resuming training reads the corpus again); a bundle only documents where it came from."""
+    if not task:
+        return task
+    options = dict(task.get("options") or {})
+    if isinstance(options.get("path"), str):
+        options["path"] = PurePath(options["path"]).name
+    return {**task, "options": options}
+
+
 def bundle_config(
     model: Seq2SeqTransformer,
     tokenizer_files: list[str],
@@ -98,7 +110,7 @@ def bundle_config(
             "decoder": {"inputs": decoder.inputs, "outputs": decoder.outputs},
         },
         "tokenizers": {"source": tokenizer_files[0], "target": tokenizer_files[-1]},
-        "task": task,
+        "task": portable_task(task),
     }
 
 
@@ -229,7 +241,7 @@ def _write_into(
             parity["passed"] = parity["passed"] and group["passed"]
             check_search_parity(parity)
     say("write config, tokenizers, manifest")
-    tokenizer_files = tokenizers.save(directory)
+    tokenizer_files = tokenizers.save(directory, model.cfg.max_len)
     _write_json(
         directory / C.CONFIG_FILE, bundle_config(model, tokenizer_files, encoder, decoder, task)
     )

@@ -10,6 +10,7 @@ is imported when a command runs, so `--help` needs neither torch nor onnx.
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,7 @@ import click
 
 from edgeseq.runtime.cli_bundle import format_attempts, format_parity, format_variants
 from edgeseq.runtime.errors import ParityError
+from edgeseq.runtime.progress import progress_bar
 
 from .limits import DEFAULT_MAX_METRIC_DROP, LEVEL3_MIN_INPUTS
 
@@ -91,28 +93,37 @@ def export(
 ) -> None:
     """Export CHECKPOINT to an ONNX bundle at --out, with parity evidence in its manifest."""
     start = time.perf_counter()
-    say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
     from .pipeline import export_checkpoint
     from .variants import GateError, VariantOptions, parse_variants
 
     options = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
-    try:
-        manifest = export_checkpoint(
-            checkpoint,
-            out,
-            opset=opset,
-            force=force,
-            verify=not no_verify,
-            inputs=inputs,
-            variants=options,
-            progress=say,
-        )
-    except GateError as exc:
-        click.echo(format_attempts(exc.attempts))
-        raise
-    except ParityError as exc:
-        click.echo(format_parity(exc.report))
-        raise
+    # With stdout redirected and stderr a terminal, a bar on stderr names the running step
+    # and counts steps and seconds; the timestamped step lines go to stdout either way.
+    with progress_bar(None, "step", "export", disable=sys.stdout.isatty()) as bar:
+
+        def say(text: str) -> None:
+            click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")
+            if not text.startswith(" "):
+                bar.set_description_str(f"export: {text[:40]}")
+                bar.update(1)
+
+        try:
+            manifest = export_checkpoint(
+                checkpoint,
+                out,
+                opset=opset,
+                force=force,
+                verify=not no_verify,
+                inputs=inputs,
+                variants=options,
+                progress=say,
+            )
+        except GateError as exc:
+            click.echo(format_attempts(exc.attempts))
+            raise
+        except ParityError as exc:
+            click.echo(format_parity(exc.report))
+            raise
     click.echo(_summary(manifest, time.perf_counter() - start))
 
 

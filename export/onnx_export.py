@@ -176,6 +176,7 @@ def finish_graph(
     external = [t.name for t in proto.graph.initializer if uses_external_data(t)]
     if external:
         raise ExportError(f"{graph} graph keeps weights in external files: {external[:3]}")
+    strip_stack_traces(proto.graph)
     values = {key: getattr(cfg, key) for key in METADATA_KEYS}
     values.update(graph=graph, edgeseq_version=edgeseq_version(), d_head=cfg.d_head)
     del proto.metadata_props[:]
@@ -206,6 +207,23 @@ def _run(
     path = Path(path)
     seconds = time.perf_counter() - start
     return GraphInfo(path, path.stat().st_size, seconds, opset_used, ir_version, inputs, outputs)
+
+
+STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"
+
+
+def strip_stack_traces(graph: onnx.GraphProto) -> None:
+    """Drop the exporter's per-node Python stack traces (`pkg.torch.onnx.stack_trace`
+    metadata): they name source files by the exporting machine's absolute paths, and a
+    bundle must be portable. Subgraphs (If/Loop/Scan bodies) are walked too."""
+    for node in graph.node:
+        kept = [p for p in node.metadata_props if p.key != STACK_TRACE_KEY]
+        if len(kept) != len(node.metadata_props):
+            del node.metadata_props[:]
+            node.metadata_props.extend(kept)
+        for attribute in node.attribute:
+            for subgraph in (attribute.g, *attribute.graphs):
+                strip_stack_traces(subgraph)
 
 
 def export_encoder(

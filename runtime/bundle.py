@@ -20,6 +20,7 @@ from typing import Any
 import onnxruntime as ort
 
 from . import constants as C
+from .builtin import resolve_bundle
 from .config import ModelConfig
 from .errors import BundleError, ConfigError, TokenizerError
 from .manifest import check_files, read_manifest
@@ -41,6 +42,12 @@ class Bundle:
     manifest: dict[str, Any]
     variants: dict[str, tuple[Path, Path]]  # variant name -> (encoder path, decoder path)
     task: dict[str, Any] | None = None  # what the model was trained on, when recorded
+
+    @property
+    def default_variant(self) -> str:
+        """The variant loaded when none is named: fp32 when the bundle has it, else the first
+        listed (a built-in bundle ships int8 only)."""
+        return "fp32" if "fp32" in self.variants else next(iter(self.variants))
 
     def graphs(self, variant: str = "fp32") -> tuple[Path, Path]:
         """(encoder path, decoder path) of `variant`, or BundleError listing the variants."""
@@ -110,13 +117,14 @@ def _variants(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[Path, Pat
 
 
 def load_bundle(path: str | Path) -> Bundle:
-    """Read and check the bundle at `path`: manifest format version, minimum onnxruntime,
+    """Read and check the bundle at `path` (a directory, or the name of a built-in bundle
+    such as "g2p-en": runtime/builtin.py): manifest format version, minimum onnxruntime,
     the sha256 of every listed file (and that config, tokenizers and graphs are listed),
     the model config and the tokenizers. Raises BundleError naming the file and problem."""
-    path = Path(path)
+    path = resolve_bundle(path)
     if not path.is_dir():
         raise BundleError(
-            f"bundle directory {path} does not exist (export one with edgeseq export)"
+            f"{path} is a file, not a bundle directory (export one with edgeseq export)"
         )
     manifest = read_manifest(path)
     check_onnxruntime(manifest, path)

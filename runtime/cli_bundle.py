@@ -20,6 +20,7 @@ import click
 import onnxruntime as ort
 
 from . import constants as C
+from .builtin import resolve_bundle
 from .errors import BundleError
 from .graph_search import search_parity_rows
 from .manifest import read_manifest, sha256_file
@@ -236,8 +237,9 @@ def _model_line(model: dict[str, Any]) -> str:
 
 
 def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
-    """The inspection text of bundle `path` and the names of files failing their checksum."""
-    path = Path(path)
+    """The inspection text of bundle `path` (a directory or a built-in name) and the names
+    of files failing their checksum."""
+    path = resolve_bundle(path)
     manifest = read_manifest(path)
     lines = [
         f"bundle {path} (format {manifest['format_version']}, edgeseq "

@@ -20,6 +20,7 @@ import click
 from .errors import InputTooLongError
 from .generator import Generator, Result, Source
 from .graph_search import SEARCH_MODES
+from .progress import progress_bar
 from .providers import PROVIDER_CHOICES
 from .results import result_json as results_json
 from .search import GenerationOptions
@@ -174,17 +175,17 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
 )
 @click.option(
     "--provider",
-    type=click.Choice(PROVIDER_CHOICES),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
+    type=click.Choice(PROVIDER_CHOICES, case_sensitive=False),
+    default=None,
+    help="auto: CUDA if a GPU is usable, else CPU (a warning only when a GPU is present but "
+    "CUDA fails); cuda: strict; cpu. Default: $EDGESEQ_PROVIDER, else auto.",
 )
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
 @click.option(
     "--variant",
-    default="fp32",
-    show_default=True,
-    help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them).",
+    default=None,
+    help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them; "
+    "default: fp32, or the only variant of a built-in bundle).",
 )
 @click.option(
     "--search",
@@ -217,15 +218,16 @@ def generate(
     seed: int | None,
     batch_size: int,
     max_new_tokens: int | None,
-    provider: str,
+    provider: str | None,
     threads: int | None,
-    variant: str,
+    variant: str | None,
     search_mode: str,
     as_json: bool,
     truncate: bool,
     stream: bool,
 ) -> None:
-    """Generate outputs for TEXT arguments, or for input lines, with the bundle BUNDLE."""
+    """Generate outputs for TEXT arguments, or for input lines, with the bundle BUNDLE (a
+    directory, or a built-in model name such as g2p-en: `edgeseq models` lists them)."""
     sampling = {"--temperature": temperature, "--top-k": top_k, "--top-p": top_p, "--seed": seed}
     given = [name for name, value in sampling.items() if value is not None]
     if given and not sample:
@@ -261,15 +263,20 @@ def generate(
                 click.echo(piece, nl=False)
             click.echo()
         return
-    for start in range(0, len(lines), batch_size):
-        chunk = range(start, min(start + batch_size, len(lines)))
-        todo = [i for i in chunk if i in sources]
-        results = dict(
-            zip(todo, generator.generate([lines[i].text for i in todo], options), strict=True)
-        )
-        for i in chunk:
-            result = results.get(i)
-            if as_json:
-                click.echo(json.dumps(result_json(lines[i], result, generator), ensure_ascii=False))
-            else:
-                click.echo(result.text if result is not None else "")
+    # A bar for inputs longer than one batch, when output goes to a file or pipe (a bar
+    # between output lines on the same terminal would garble them).
+    shown = len(lines) > batch_size and not sys.stdout.isatty()
+    with progress_bar(len(lines) if shown else 0, "line", "generate", disable=not shown) as bar:
+        for start in range(0, len(lines), batch_size):
+            chunk = range(start, min(start + batch_size, len(lines)))
+            todo = [i for i in chunk if i in sources]
+            texts = [lines[i].text for i in todo]
+            results = dict(zip(todo, generator.generate(texts, options), strict=True))
+            for i in chunk:
+                result = results.get(i)
+                if as_json:
+                    row = result_json(lines[i], result, generator)
+                    click.echo(json.dumps(row, ensure_ascii=False))
+                else:
+                    click.echo(result.text if result is not None else "")
+            bar.update(len(chunk))

@@ -1,6 +1,7 @@
 """Generate with an exported bundle: the torch-free API.
 
-    gen = Generator.load("bundles/rev")                # providers="auto": CUDA if it loads
+    gen = Generator.load("bundles/rev")                # $EDGESEQ_PROVIDER, else "auto"
+    gen = Generator.load("g2p-en")                     # a built-in bundle (edgeseq models)
     [r] = gen.generate(["abc"], GenerationOptions(beam_size=4, n_best=2))
     r.text, r.token_ids, r.score, [c.text for c in r.nbest]
     for piece in gen.stream("abc"):                    # greedy or sampling, token by token
@@ -32,7 +33,7 @@ from .errors import BundleError, InputTooLongError, OptionsError
 from .graph_search import SEARCH_MODES, GraphSearch, unsupported_reason
 from .ort_step import OrtBoundStep, OrtStep
 from .padding import right_pad
-from .providers import check_provider, open_sessions, session_options
+from .providers import Providers, check_providers, open_sessions, session_options
 from .search import (
     Chooser,
     GenerationOptions,
@@ -107,23 +108,27 @@ class Generator:
     def load(
         cls,
         bundle_dir: str | Path,
-        providers: str = "auto",
+        providers: Providers = None,
         threads: int | None = None,
-        variant: str = "fp32",
+        variant: str | None = None,
         optimization: str = "all",
         search: str = "auto",
     ) -> Generator:
-        """Check and open the bundle at `bundle_dir` (see `load_bundle`) on `providers`
-        ("auto", "cuda" or "cpu"; see runtime/providers.py) with `threads` intra-op threads
-        (default: every core). `search`: "auto" runs greedy and beam search in the bundle's
-        one-graph search variant when it has one for `variant`'s precision, "graph" insists
-        on it, "loop" always drives the two graphs from Python (runtime/graph_search.py)."""
-        check_provider(providers)
+        """Check and open the bundle at `bundle_dir` (a directory, or a built-in name such
+        as "g2p-en"; see `load_bundle`), graph `variant` (default: `Bundle.default_variant`),
+        on `providers` ("auto", "cuda", "cpu", or a list of onnxruntime provider names such
+        as ["OpenVINOExecutionProvider", "CPUExecutionProvider"]; default $EDGESEQ_PROVIDER,
+        else "auto"; see runtime/providers.py) with `threads` intra-op threads (default: every
+        core). `search`: "auto" runs greedy and beam search in the bundle's one-graph search
+        variant when it has one for `variant`'s precision, "graph" insists on it, "loop"
+        always drives the two graphs from Python (runtime/graph_search.py)."""
+        providers = check_providers(providers)
         if search not in SEARCH_MODES:
             raise OptionsError(
                 f"unknown search {search!r}; choose one of {', '.join(SEARCH_MODES)}"
             )
         bundle = load_bundle(bundle_dir)
+        variant = variant or bundle.default_variant
         encoder_path, decoder_path = bundle.graphs(variant)
         encoder, decoder, device = open_sessions(
             encoder_path, decoder_path, providers, threads, optimization
@@ -136,12 +141,11 @@ class Generator:
         graph = None
         if search != "loop":
             precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
-            providers_list = (
-                encoder.get_providers() if device == "cuda" else ["CPUExecutionProvider"]
-            )
             options = session_options(threads, optimization)
-            graph = (
-                GraphSearch.open(bundle, precision, providers_list, options) if precision else None
+            graph = (  # on the providers the two graphs really run on
+                GraphSearch.open(bundle, precision, encoder.get_providers(), options)
+                if precision
+                else None
             )
             if graph is None and search == "graph":
                 raise BundleError(

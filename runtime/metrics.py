@@ -30,8 +30,23 @@ _DIGITS = re.compile(r"\d")
 Tokenize = Callable[[str], Sequence[Hashable]]
 
 
+try:  # ~11-16x faster than the Python loop below (benchmarks/edit_distance.py); optional
+    from rapidfuzz.distance import Levenshtein as _Levenshtein
+except ImportError:  # pragma: no cover - depends on the install
+    _Levenshtein = None
+
+
 def edit_distance(hyp: Sequence[Hashable], ref: Sequence[Hashable]) -> int:
-    """Levenshtein distance: fewest insertions, deletions and substitutions turning hyp into ref."""
+    """Levenshtein distance: fewest insertions, deletions and substitutions turning hyp into ref.
+    Computed by rapidfuzz when it is installed (the `eval` extra), else `python_edit_distance`;
+    both give the same numbers."""
+    if _Levenshtein is not None:
+        return _Levenshtein.distance(hyp, ref)
+    return python_edit_distance(hyp, ref)
+
+
+def python_edit_distance(hyp: Sequence[Hashable], ref: Sequence[Hashable]) -> int:
+    """Levenshtein distance by dynamic programming over two rows, in pure Python."""
     previous = list(range(len(ref) + 1))  # distances from hyp[:0] to every ref prefix
     for i, h in enumerate(hyp, start=1):
         current = [i]

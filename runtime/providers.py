@@ -3,12 +3,19 @@
     encoder, decoder, device = open_sessions("b/encoder.onnx", "b/decoder.onnx", "auto")
     device  # "cuda" or "cpu": what the sessions actually run on
 
-Choices (`PROVIDER_CHOICES`):
+Choices (`PROVIDER_CHOICES`; the default is the environment variable ``EDGESEQ_PROVIDER``,
+else ``"auto"``; an explicit argument or ``--provider`` overrides it):
 
-- ``"auto"``: try CUDA; if onnxruntime has no CUDA provider, or the provider does not
-  become active (missing CUDA/cuDNN libraries, no GPU), use CPU and log one warning saying why;
+- ``"auto"``: CUDA when a usable GPU is there, else CPU. On a machine with no NVIDIA GPU at
+  all (`gpu_present`: no NVIDIA device node or driver) CUDA is not tried and nothing is
+  logged; when a GPU is present but CUDA does not become active (onnxruntime without CUDA,
+  missing CUDA/cuDNN libraries), CPU is used and one warning says why;
 - ``"cuda"``: strict; raise `ProviderError` when CUDA is not active after session creation;
-- ``"cpu"``: CPU only.
+- ``"cpu"``: CPU only;
+- a list of onnxruntime provider names (optionally ``(name, options)`` pairs), tried in order,
+  e.g. ``["OpenVINOExecutionProvider", "CPUExecutionProvider"]``: each must be offered by the
+  installed onnxruntime, and the first must be active after session creation (else
+  `ProviderError`), the same read-back check as strict ``"cuda"``.
 
 onnxruntime silently falls back to CPU when a requested provider fails to load, so the
 active providers are always read back with ``session.get_providers()`` after creation.
@@ -19,9 +26,14 @@ CUDA libraries), no CUDA session is attempted, which spares onnxruntime's error 
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
+import glob
 import logging
 import os
+import sys
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import onnxruntime as ort
 
@@ -32,6 +44,10 @@ logger = logging.getLogger(__name__)
 CUDA_EP = "CUDAExecutionProvider"
 CPU_EP = "CPUExecutionProvider"
 PROVIDER_CHOICES = ("auto", "cuda", "cpu")
+PROVIDER_ENV = "EDGESEQ_PROVIDER"
+NVIDIA_DEVICE_GLOB = "/dev/nvidia[0-9]*"  # one node per GPU, created by the NVIDIA driver
+NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"  # present while the driver is loaded
+Providers = str | Sequence[str | tuple[str, dict[str, Any]]] | None
 OPTIMIZATION_LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -48,6 +64,54 @@ def check_provider(name: str) -> str:
             f"unknown execution provider {name!r}; choose one of {', '.join(PROVIDER_CHOICES)}"
         )
     return choice
+
+
+def default_provider() -> str:
+    """The provider choice when none is given: $EDGESEQ_PROVIDER, else "auto"."""
+    value = os.environ.get(PROVIDER_ENV, "").strip()
+    if not value:
+        return "auto"
+    try:
+        return check_provider(value)
+    except ProviderError:
+        raise ProviderError(
+            f"{PROVIDER_ENV}={value!r} is not a provider choice; set it to one of "
+            f"{', '.join(PROVIDER_CHOICES)} or unset it"
+        ) from None
+
+
+def check_providers(providers: Providers) -> str | list[str | tuple[str, dict[str, Any]]]:
+    """A choice ("auto", "cuda", "cpu"; None: `default_provider()`) normalised, or a list of
+    onnxruntime provider names checked against those the installed onnxruntime offers."""
+    if providers is None:
+        return default_provider()
+    if isinstance(providers, str):
+        return check_provider(providers)
+    listed = list(providers)
+    names = [p[0] if isinstance(p, tuple) else p for p in listed]
+    if not names or not all(isinstance(n, str) for n in names):
+        raise ProviderError(
+            f"providers must be a choice ({', '.join(PROVIDER_CHOICES)}) or a non-empty list "
+            f"of onnxruntime provider names, got {providers!r}"
+        )
+    available = ort.get_available_providers()
+    missing = [n for n in names if n not in available]
+    if missing:
+        raise ProviderError(
+            f"this onnxruntime {ort.__version__} does not offer {', '.join(missing)}; it offers "
+            f"{', '.join(available)} (install the onnxruntime build that has it, e.g. "
+            "onnxruntime-openvino)"
+        )
+    return listed
+
+
+def gpu_present() -> bool:
+    """Whether an NVIDIA GPU is visible at all: on Linux a device node /dev/nvidiaN or the
+    loaded driver (/proc/driver/nvidia/version); elsewhere the CUDA driver library (nvcuda
+    on Windows, libcuda). Cheap: no CUDA context is created."""
+    if sys.platform.startswith("linux"):
+        return bool(glob.glob(NVIDIA_DEVICE_GLOB)) or os.path.exists(NVIDIA_DRIVER_FILE)
+    return ctypes.util.find_library("nvcuda" if sys.platform == "win32" else "cuda") is not None
 
 
 def default_threads() -> int:
@@ -119,20 +183,48 @@ def create_session(
         raise BundleError(f"onnxruntime cannot load {path}: {exc}") from None
 
 
+def open_listed(
+    encoder_path: str | Path,
+    decoder_path: str | Path,
+    providers: list[str | tuple[str, dict[str, Any]]],
+    options: ort.SessionOptions,
+) -> tuple[ort.InferenceSession, ort.InferenceSession, str]:
+    """Sessions on an explicit provider list; ProviderError unless the first is active.
+    The device is "cuda", "cpu" or the active provider's name."""
+    first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
+    sessions = []
+    for path in (encoder_path, decoder_path):
+        session = create_session(path, list(providers), options)
+        active = session.get_providers()
+        if first not in active:
+            raise ProviderError(
+                f"{first} was asked for but onnxruntime runs {Path(path).name} on "
+                f"{', '.join(active)}: check that provider's installation (onnxruntime's log "
+                "says why it did not start), or list another provider first"
+            )
+        sessions.append(session)
+    device = {CUDA_EP: "cuda", CPU_EP: "cpu"}.get(first, first)
+    return sessions[0], sessions[1], device
+
+
 def open_sessions(
     encoder_path: str | Path,
     decoder_path: str | Path,
-    providers: str = "auto",
+    providers: Providers = None,
     threads: int | None = None,
     optimization: str = "all",
     device_id: int = 0,
 ) -> tuple[ort.InferenceSession, ort.InferenceSession, str]:
     """Open the encoder and decoder graphs; return both sessions and the active device
-    ("cuda" or "cpu"). See the module docstring for what each provider choice does."""
-    choice = check_provider(providers)
+    ("cuda", "cpu", or the first listed provider's name). `providers` is a choice, a list of
+    onnxruntime providers, or None ($EDGESEQ_PROVIDER, else "auto"): see the module
+    docstring."""
+    choice = check_providers(providers)
     options = session_options(threads, optimization)
+    if not isinstance(choice, str):
+        return open_listed(encoder_path, decoder_path, choice, options)
     cpu = [CPU_EP]
-    if choice == "cpu":
+    if choice == "cpu" or (choice == "auto" and not gpu_present()):
         return (
             create_session(encoder_path, cpu, options),
             create_session(decoder_path, cpu, options),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from .constants import BOS, EOS, PAD, SPECIAL_TOKENS, TOKENIZER_FILE, UNK
@@ -31,6 +31,8 @@ from .padding import right_pad
 
 KINDS = ("char", "word", "bpe")
 TARGET_TOKENIZER_FILE = "tokenizer.target.json"  # present only when target vocabulary differs
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # for transformers' PreTrainedTokenizerFast
+SPECIAL_ROLES = ("pad_token", "bos_token", "eos_token", "unk_token")  # order of SPECIAL_TOKENS
 
 
 class Tokenizer:
@@ -44,6 +46,7 @@ class Tokenizer:
                 raise TokenizerError(
                     f"tokenizer must have {token!r} at id {want_id}; retrain it with edgeseq"
                 )
+        register_special_tokens(hf)
         self.hf = hf
         self.kind = kind
         self.pad_id, self.bos_id, self.eos_id, self.unk_id = range(len(SPECIAL_TOKENS))
@@ -155,6 +158,32 @@ class Tokenizer:
         return token
 
 
+def register_special_tokens(hf: HFTokenizer) -> None:
+    """Mark `<pad>` `<s>` `</s>` `<unk>` (already ids 0..3 of the vocabulary) as special added
+    tokens of `hf`, so that `decode(ids, skip_special_tokens=True)` drops them in every
+    `tokenizers` binding and transformers recognises them. Idempotent; no id changes."""
+    hf.add_special_tokens(
+        [AddedToken(token, special=True, normalized=False) for token in SPECIAL_TOKENS]
+    )
+
+
+def tokenizer_config(model_max_length: int | None = None) -> dict[str, object]:
+    """The content of `tokenizer_config.json`: what `transformers`'
+    `PreTrainedTokenizerFast.from_pretrained(directory)` needs besides `tokenizer.json`."""
+    config: dict[str, object] = dict(zip(SPECIAL_ROLES, SPECIAL_TOKENS, strict=True))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    config["clean_up_tokenization_spaces"] = False
+    if model_max_length is not None:
+        config["model_max_length"] = model_max_length
+    return config
+
+
+def write_tokenizer_config(directory: str | Path, model_max_length: int | None = None) -> None:
+    """Write `tokenizer_config.json` into `directory` (see `tokenizer_config`)."""
+    text = json.dumps(tokenizer_config(model_max_length), indent=2, sort_keys=True) + "\n"
+    (Path(directory) / TOKENIZER_CONFIG_FILE).write_text(text, encoding="utf-8")
+
+
 def _kind_of(data: dict) -> str:
     """Recover the kind from a tokenizer's JSON: BPE, or WordLevel fused (char) or not (word)."""
     if data.get("model", {}).get("type") == "BPE":
@@ -183,10 +212,12 @@ class TokenizerPair:
         """True when source and target use one vocabulary."""
         return self.source is self.target
 
-    def save(self, directory: str | Path) -> list[str]:
-        """Write `tokenizer.json` (and `tokenizer.target.json` when not shared); return names."""
+    def save(self, directory: str | Path, model_max_length: int | None = None) -> list[str]:
+        """Write `tokenizer.json` (and `tokenizer.target.json` when not shared) and
+        `tokenizer_config.json`; return the tokenizer files' names, source first."""
         directory = Path(directory)
         self.source.save(directory / TOKENIZER_FILE)
+        write_tokenizer_config(directory, model_max_length)
         if self.shared:
             return [TOKENIZER_FILE]
         self.target.save(directory / TARGET_TOKENIZER_FILE)
@@ -208,6 +239,7 @@ __all__ = [
     "KINDS",
     "PAD",
     "TARGET_TOKENIZER_FILE",
+    "TOKENIZER_CONFIG_FILE",
     "UNK",
     "Tokenizer",
     "TokenizerPair",

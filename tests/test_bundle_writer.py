@@ -19,7 +19,7 @@ from edgeseq.export.onnx_export import GraphInfo
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import BundleError, ParityError
 from edgeseq.runtime.manifest import check_files, read_manifest
-from edgeseq.runtime.tokenizer import TARGET_TOKENIZER_FILE
+from edgeseq.runtime.tokenizer import TARGET_TOKENIZER_FILE, TOKENIZER_CONFIG_FILE
 
 
 def test_config_and_manifest_schema(export_case) -> None:
@@ -47,7 +47,8 @@ def test_config_and_manifest_schema(export_case) -> None:
     assert fp32["bytes"] == sum(graph_bytes) and fp32["size_ratio"] == 1.0
     assert fp32["gate"] is None and fp32["speed"]["tokens_per_second"] > 0
     assert set(manifest["files"]) == {
-        C.ENCODER_FILE, C.DECODER_FILE, C.CONFIG_FILE, C.TOKENIZER_FILE, TARGET_TOKENIZER_FILE
+        C.ENCODER_FILE, C.DECODER_FILE, C.CONFIG_FILE, C.TOKENIZER_FILE, TARGET_TOKENIZER_FILE,
+        TOKENIZER_CONFIG_FILE,
     }  # fmt: skip
     check_files(export_case.bundle, manifest)
 

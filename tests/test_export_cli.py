@@ -70,7 +70,7 @@ def test_verify_reruns_parity(exported) -> None:
     ckpt, bundle, _ = exported
     result = CliRunner().invoke(cli, ["verify", str(bundle), "--checkpoint", str(ckpt)])
     assert result.exit_code == 0, result.output
-    assert "checksums of 4 files match" in result.output
+    assert "checksums of 5 files match" in result.output
     assert "200/200" in result.output and "parity passed" in result.output
 
 

@@ -138,6 +138,8 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     cmd = [sys.executable, "-m", "edgeseq.cli.main", "generate", str(tmp_path / "nope"), "x"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == f"error: bundle directory {tmp_path / 'nope'} does not exist " + (
-        "(export one with edgeseq export)\n"
+    assert proc.stderr.startswith(
+        f"error: {tmp_path / 'nope'} is neither a bundle directory nor a built-in model ("
     )
+    assert proc.stderr.endswith("(edgeseq export CHECKPOINT --out DIR)\n")
+    assert proc.stderr.count("\n") == 1
