@@ -119,3 +119,33 @@ def test_script_refuses_bad_bounds() -> None:
     for bad in (["--passes", "0"], ["--words", "-3"], ["--batch-sizes", "1,x"]):
         with pytest.raises(SystemExit, match="2"):
             vs_ctranslate2.parse_args(["models/g2p-en", *bad])
+
+
+class _FakeEngine:
+    """An engine with fixed greedy outputs; CTranslate2's score of edgeseq's outputs is
+    edgeseq's log-prob plus `offset`."""
+
+    def __init__(self, name: str, outputs: list[tuple[int, ...]], offset: float = 0.0) -> None:
+        from edgeseq.runtime.search import Hypothesis
+
+        self.name, self.outputs, self.offset = name, outputs, offset
+        self.hypotheses = [Hypothesis(o, -1.0 - len(o), 0.0, True) for o in outputs]
+
+    def run(self, batches, beam):
+        return self.outputs, sum(len(o) + 1 for o in self.outputs)
+
+    def logprob(self, sources, hyps):
+        return [h.logprob + self.offset for h in hyps]
+
+
+@pytest.mark.parametrize("offset", [3e-5, 0.5])
+def test_agreement_measures_how_far_a_differing_output_is_from_a_tie(offset) -> None:
+    ours = [(5, 6), (7,), (8, 9, 10)]
+    theirs = [(5, 6), (7, 4), (8, 9, 10)]
+    engines = [_FakeEngine("edgeseq fp32", ours), _FakeEngine("ctranslate2 fp32", theirs, offset)]
+    result = vs_ctranslate2.agreement(engines, [[4, 2], [5, 2], [6, 2]], 3)
+    ct2 = result["ctranslate2 fp32"]
+    assert (ct2["equal"], ct2["of"], ct2["first_difference"]) == (2, 3, 1)
+    assert ct2["tie_gap"] == pytest.approx(offset / 2)  # source 1: one token and </s>
+    assert (ct2["tie_gap"] > vs_ctranslate2.TIE_GAP) == (offset > 0.1)
+    assert result["edgeseq fp32"] == {"equal": 3, "of": 3, "first_difference": None}
