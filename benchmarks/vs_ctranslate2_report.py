@@ -1,15 +1,36 @@
-"""Machine description and markdown tables of `benchmarks/vs_ctranslate2.py`'s report."""
+"""Machine description and markdown tables of `benchmarks/vs_ctranslate2.py`'s report.
+
+    python benchmarks/vs_ctranslate2_report.py vs.json     # the markdown of a saved report
+
+Besides each engine's ratio to CTranslate2 fp32, the tables have the pairings the targets
+are stated in (median and range of the per-pass ratios): edgeseq int8 / CTranslate2 int8
+and, for greedy, edgeseq fp32 / PyTorch eager.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
+import sys
 from typing import Any
 
 import numpy as np
 
 REFERENCE = "ctranslate2 fp32"  # every ratio is relative to this engine in the same pass
+PAIRS = (("edgeseq int8", "ctranslate2 int8"), ("edgeseq fp32", "pytorch eager"))
+
+
+def pair_ratio(cell: dict[str, Any], engine: str, other: str) -> str:
+    """`engine` / `other` tokens/s per pass: "median× (lowest–highest)", or "" if absent."""
+    if engine not in cell or other not in cell:
+        return ""
+    ratio = [
+        a / b
+        for a, b in zip(cell[engine]["tokens_per_s"], cell[other]["tokens_per_s"], strict=True)
+    ]
+    return f"{np.median(ratio):.2f}× ({min(ratio):.2f}–{max(ratio):.2f})"
 
 
 def cpu_info() -> dict[str, Any]:
@@ -32,7 +53,7 @@ def cpu_info() -> dict[str, Any]:
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown: one table per search, agreement, machine and versions."""
     lines = []
-    searches = dict.fromkeys(key.split(", ")[0] for key in report["cells"])
+    searches = sorted({key.split(", ")[0] for key in report["cells"]}, key=lambda s: s != "greedy")
     sizes = list(dict.fromkeys(key.split(", ")[1] for key in report["cells"]))
     for search_name in searches:
         lines += ["", f"{search_name} (tokens/s relative to {REFERENCE} of the same pass; "
@@ -50,7 +71,12 @@ def markdown(report: dict[str, Any]) -> str:
                     else f"{cell['ratio']:.2f}× ({cell['ratio_min']:.2f}–{cell['ratio_max']:.2f})"
                 )  # fmt: skip
             lines.append(f"| {name} | " + " | ".join(row) + " |")
-        ref = [report["cells"][f"{search_name}, {s}"][REFERENCE]["tokens_per_s"] for s in sizes]
+        cells = [report["cells"][f"{search_name}, {s}"] for s in sizes]
+        for engine, other in PAIRS:
+            row = [pair_ratio(cell, engine, other) for cell in cells]
+            if any(row):
+                lines.append(f"| *{engine} / {other}* | " + " | ".join(row) + " |")
+        ref = [cell[REFERENCE]["tokens_per_s"] for cell in cells]
         lines.append(
             f"| ({REFERENCE} tokens/s) | " + " | ".join(f"{np.median(r):,.0f}" for r in ref) + " |"
         )
@@ -67,3 +93,11 @@ def markdown(report: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in versions.items()),
     ]
     return "\n".join(lines).lstrip("\n")
+
+
+if __name__ == "__main__":
+    (path,) = sys.argv[1:] or [None]
+    if path is None:
+        sys.exit("usage: python benchmarks/vs_ctranslate2_report.py REPORT.json")
+    with open(path, encoding="utf-8") as file:
+        print(markdown(json.load(file)))

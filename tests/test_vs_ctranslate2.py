@@ -106,6 +106,9 @@ def test_script_reports_every_engine_and_cell(checkpoint, tmp_path, capsys) -> N
             assert len(numbers["tokens_per_s"]) == 1 and numbers["tokens_per_s"][0] > 0
     printed = capsys.readouterr().out
     assert "| edgeseq int8 |" in printed and "beam 2 (tokens/s relative to" in printed
+    assert printed.index("greedy (") < printed.index("beam 2 (")
+    assert printed.count("| *edgeseq int8 / ctranslate2 int8* |") == 2
+    assert printed.count("| *edgeseq fp32 / pytorch eager* |") == 1  # greedy only
 
 
 def test_script_refuses_a_missing_model_in_one_line(tmp_path, capsys) -> None:
