@@ -16,9 +16,9 @@ MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weigh
    into batches of each batch size (the same batches for every engine);
 4. greedy-decodes every source with every engine at the largest batch size and compares
    the ids with edgeseq fp32's. CTranslate2 fp32 must agree on every source, except near
-   ties: where it differs, CTranslate2's score of edgeseq's output must be within 1e-3 per
-   token of edgeseq's own log-probability (random weights give near-tied logits); else the
-   script stops, the conversion is wrong. The others' agreement is reported;
+   ties: where it differs, both engines' teacher-forced log-probabilities of edgeseq's
+   output must be within 1e-3 at every token (random weights give near-tied logits); else
+   the script stops, the conversion is wrong. The others' agreement is reported;
 5. times `--passes` passes. In each pass, every cell (search x batch size) runs each engine
    once over all batches, in an order rotated by one engine per pass and per cell, so a
    load that changes during the run (a shared machine) does not favour one engine.
@@ -49,7 +49,7 @@ from typing import Any
 import numpy as np
 from vs_ctranslate2_report import REFERENCE, cpu_info, markdown
 
-TIE_GAP = 1e-3  # per-token log-prob gap beyond which a differing output is not a near tie
+TIE_GAP = 1e-3  # log-prob gap beyond which a differing output is not a near tie
 Outputs = list[tuple[int, ...]]  # generated ids (no <s>, no </s>) per source, in batch order
 
 
@@ -113,6 +113,17 @@ class SearchEngine:
         tokens = sum(len(h.tokens) + h.finished for h in self.hypotheses)
         return [h.tokens for h in self.hypotheses], tokens
 
+    def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
+        """Teacher-forced log-probability of each of `tokens` after `source`: one decoder
+        step over `<s>` and tokens[:-1]."""
+        from edgeseq.runtime.search import log_softmax
+
+        state = self.step.start(np.array([source], dtype=np.int64))
+        ids = np.array([[self.step.bos_id, *tokens[:-1]]], dtype=np.int64)
+        logits, _ = self.step.step(state, ids)  # (1, N, V)
+        logprobs = log_softmax(logits[0])
+        return [float(logprobs[t, token]) for t, token in enumerate(tokens)]
+
 
 class Ct2Engine:
     """A CTranslate2 Translator of the converted model at one compute type."""
@@ -144,16 +155,13 @@ class Ct2Engine:
                 tokens += len(ids) + (len(ids) < self.max_len)
         return outputs, tokens
 
-    def logprob(self, sources: list[list[int]], hyps: list) -> list[float]:
-        """CTranslate2's log-probability of each of edgeseq's hypotheses (`</s>` included
-        when it finished)."""
-        targets = [[self.tgt_vocab[i] for i in h.tokens] for h in hyps]
-        sources = [[self.src_vocab[i] for i in ids] for ids in sources]
-        scored = self.translator.score_batch(sources, targets)
-        return [
-            sum(r.log_probs[: len(h.tokens) + h.finished])
-            for r, h in zip(scored, hyps, strict=True)
-        ]
+    def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
+        """Teacher-forced log-probability of each of `tokens` after `source` (Translator
+        .score_batch; at most max_len - 1 tokens, as it appends `</s>`)."""
+        (scored,) = self.translator.score_batch(
+            [[self.src_vocab[i] for i in source]], [[self.tgt_vocab[i] for i in tokens]]
+        )
+        return list(scored.log_probs[: len(tokens)])
 
 
 def cut(sources: Sequence[list[int]], size: int) -> list[list[list[int]]]:
@@ -203,12 +211,12 @@ def measure(
 
 def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, Any]]:
     """Greedy ids of every engine vs edgeseq fp32 at batch `size`: equal sources of all.
-    Where CTranslate2 fp32 differs, `tie_gap` is the largest per-token difference between
-    edgeseq's log-probability of its output and CTranslate2's score of that same output:
-    tiny when both compute the same model and a near tie of two tokens went either way."""
+    Where CTranslate2 fp32 differs, `tie_gap` is the largest difference between the two
+    engines' teacher-forced log-probabilities of edgeseq's output (its first max_len - 1
+    tokens): tiny when both compute the same model and a near tie went either way."""
     outputs = {e.name: e.run(cut(sources, size), 1)[0] for e in engines}
     by_name = {e.name: e for e in engines}
-    reference, hyps = outputs["edgeseq fp32"], by_name["edgeseq fp32"].hypotheses
+    reference = outputs["edgeseq fp32"]
     result = {}
     for name, out in outputs.items():
         same = [a == b for a, b in zip(out, reference, strict=True)]
@@ -218,11 +226,12 @@ def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, An
     differ = [i for i, (a, b) in enumerate(pairs) if a != b]
     if differ:
         ordered = [s for batch in cut(sources, size) for s in batch]
-        theirs = by_name[REFERENCE].logprob([ordered[i] for i in differ], [hyps[i] for i in differ])
-        gaps = [
-            abs(t - hyps[i].logprob) / (len(hyps[i].tokens) + 1)
-            for t, i in zip(theirs, differ, strict=True)
-        ]
+        gaps = [0.0]
+        for i in differ:
+            tokens = reference[i][: by_name[REFERENCE].max_len - 1]
+            ours = by_name["edgeseq fp32"].token_logprobs(ordered[i], tokens)
+            theirs = by_name[REFERENCE].token_logprobs(ordered[i], tokens)
+            gaps += [abs(a - b) for a, b in zip(ours, theirs, strict=True)]
         result[REFERENCE]["tie_gap"] = max(gaps)
     return result
 

@@ -125,20 +125,17 @@ def test_script_refuses_bad_bounds() -> None:
 
 
 class _FakeEngine:
-    """An engine with fixed greedy outputs; CTranslate2's score of edgeseq's outputs is
-    edgeseq's log-prob plus `offset`."""
+    """An engine with fixed greedy outputs whose teacher-forced log-probabilities are
+    -1 per token plus `offset`."""
 
     def __init__(self, name: str, outputs: list[tuple[int, ...]], offset: float = 0.0) -> None:
-        from edgeseq.runtime.search import Hypothesis
-
-        self.name, self.outputs, self.offset = name, outputs, offset
-        self.hypotheses = [Hypothesis(o, -1.0 - len(o), 0.0, True) for o in outputs]
+        self.name, self.outputs, self.offset, self.max_len = name, outputs, offset, 20
 
     def run(self, batches, beam):
         return self.outputs, sum(len(o) + 1 for o in self.outputs)
 
-    def logprob(self, sources, hyps):
-        return [h.logprob + self.offset for h in hyps]
+    def token_logprobs(self, source, tokens):
+        return [-1.0 + self.offset] * len(tokens)
 
 
 @pytest.mark.parametrize("offset", [3e-5, 0.5])
@@ -149,6 +146,23 @@ def test_agreement_measures_how_far_a_differing_output_is_from_a_tie(offset) -> 
     result = vs_ctranslate2.agreement(engines, [[4, 2], [5, 2], [6, 2]], 3)
     ct2 = result["ctranslate2 fp32"]
     assert (ct2["equal"], ct2["of"], ct2["first_difference"]) == (2, 3, 1)
-    assert ct2["tie_gap"] == pytest.approx(offset / 2)  # source 1: one token and </s>
+    assert ct2["tie_gap"] == pytest.approx(offset)
     assert (ct2["tie_gap"] > vs_ctranslate2.TIE_GAP) == (offset > 0.1)
     assert result["edgeseq fp32"] == {"equal": 3, "of": 3, "first_difference": None}
+
+
+def test_both_engines_teacher_force_the_same_logprobs(runtime_case, tmp_path) -> None:
+    from edgeseq.runtime.bundle import load_bundle
+    from edgeseq.runtime.ort_step import OrtStep
+
+    model = runtime_case.model
+    bundle = load_bundle(runtime_case.bundle)
+    ours = vs_ctranslate2.SearchEngine(
+        "edgeseq fp32", OrtStep.from_files(*bundle.graphs("fp32"), bundle.config), 0
+    )
+    ct2_dir = ct2_convert.convert_to_ctranslate2(model, tmp_path / "ct2")
+    theirs = vs_ctranslate2.Ct2Engine("ctranslate2 fp32", ct2_dir, "float32", 1, model.cfg)
+    source, tokens = [5, 6, 7, 2], [8, 4, 9, 9, 5]
+    a, b = ours.token_logprobs(source, tokens), theirs.token_logprobs(source, tokens)
+    assert len(a) == len(b) == 5
+    np.testing.assert_allclose(a, b, atol=1e-4)
