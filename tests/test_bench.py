@@ -308,12 +308,21 @@ def test_train_step_benchmark_reports_padding_and_both_precisions(capsys) -> Non
 def test_decoder_profile_counts_kernel_time_and_no_layer_slicing(runtime_case, tmp_path) -> None:
     """The profile has the decoder's MatMuls, and no Split: with one K/V tensor per layer
     (bundle format 2) nothing slices a stacked cache any more."""
+    from edgeseq.runtime.search import GenerationOptions
+
     script = load_script("decoder_profile")
     words = ["abc", "hgfedcba", "j", "abcabcab"] * 3
-    profile, seconds = script.profile_decoder(
-        str(runtime_case.bundle), words, batch=4, threads=1, passes=1, directory=str(tmp_path)
-    )
-    micros, events = script.kernel_time_by_op(profile)
-    assert seconds > 0 and micros["MatMul"] > 0 and events["MatMul"] > 0
-    assert set(micros) == set(events) and all(v >= 0 for v in micros.values())
-    assert "Split" not in events
+    for generation in (
+        GenerationOptions(batch_size=4),
+        GenerationOptions(batch_size=4, beam_size=3),
+    ):
+        profile, seconds = script.profile_decoder(
+            str(runtime_case.bundle), "fp32", words, generation, 1, 1, str(tmp_path)
+        )
+        micros, events = script.kernel_time_by_op(profile)
+        assert seconds > 0 and micros["MatMul"] > 0 and events["MatMul"] > 0
+        assert set(micros) == set(events) and all(v >= 0 for v in micros.values())
+        assert "Split" not in events
+        loop = script.loop_share(str(runtime_case.bundle), "fp32", words, generation, 1)
+        assert loop["wall_s"] > loop["decoder_s"] > 0 and loop["encoder_s"] > 0
+        assert 0 < loop["python_share"] < 1

@@ -1,0 +1,395 @@
+"""edgeseq against CTranslate2 (and PyTorch eager) on the same weights, interleaved in one run.
+
+    pip install 'edgeseq[bench]'                     # ctranslate2, benchmark-only
+    python benchmarks/vs_ctranslate2.py models/g2p-en --words 256 --passes 5 --json vs.json
+    python benchmarks/vs_ctranslate2.py benchmarks/random-d512.json --words 64 --passes 3
+
+MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weight model
+(seed 0; its sources are random ids). The script
+
+1. exports MODEL to an edgeseq bundle with fp32 and int8 graphs (`export_bundle`, the same
+   export and quantization as `edgeseq export --variants fp32,int8`, without the parity
+   run) in a temporary directory, or uses `--bundle` (exported from the same model);
+2. converts MODEL to a CTranslate2 model (`ct2_convert.py`), loaded as float32 and int8;
+3. takes `--words` distinct sources: the test split of the checkpoint's task when it can be
+   loaded (g2p: CMUdict test words), else random ids; sorts them by length and cuts them
+   into batches of each batch size (the same batches for every engine);
+4. greedy-decodes every source with every engine at the largest batch size and compares
+   the ids with edgeseq fp32's. CTranslate2 fp32 must agree on every source, except near
+   ties: where it differs, both engines' teacher-forced log-probabilities of edgeseq's
+   output must be within 1e-3 at every token (random weights give near-tied logits); else
+   the script stops, the conversion is wrong. The others' agreement is reported;
+5. times `--passes` passes. In each pass, every cell (search x batch size) runs each engine
+   once over all batches, in an order rotated by one engine per pass and per cell, so a
+   load that changes during the run (a shared machine) does not favour one engine.
+
+Reported per cell: tokens/s of each engine relative to CTranslate2 fp32 *of the same pass*,
+median over passes, with the lowest and highest per-pass ratio (the spread). Tokens are
+each input's generated ids plus one for `</s>` when it ended (CTranslate2: when it stopped
+before max_len). Every engine uses `--threads` intra-op threads (default 1) and one
+inter-op thread; edgeseq runs `runtime.search` on `OrtStep` (onnxruntime, graph
+optimization "all"), PyTorch eager the same search on `TorchStep` (with the KV cache,
+measured for greedy only), CTranslate2 its `Translator.translate_batch` (beam search with
+length penalty 1, like edgeseq's default). Prints markdown; `--json` writes every number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from vs_ctranslate2_report import REFERENCE, cpu_info, markdown
+
+TIE_GAP = 1e-3  # log-prob gap beyond which a differing output is not a near tie
+Outputs = list[tuple[int, ...]]  # generated ids (no <s>, no </s>) per source, in batch order
+
+
+def task_sources(model: Any, tokenizers: Any, task: dict | None, n: int) -> tuple[list, str]:
+    """Up to `n` distinct test-split sources of the task (ending with `</s>`, within
+    max_len) and where they came from; random sources when the task cannot be loaded."""
+    from edgeseq.export.verify import random_sources
+    from edgeseq.runtime.errors import EdgeseqError
+
+    if task:
+        from edgeseq.build_model.tasks import load_task
+
+        try:
+            loaded = load_task(task["name"], **task.get("options", {}))
+        except EdgeseqError:
+            loaded = None
+        if loaded is not None:
+            eos, max_len = tokenizers.source.eos_id, model.cfg.max_len
+            texts = dict.fromkeys(text for text, _ in loaded.split("test"))
+            sources = [[*tokenizers.source.encode(t), eos] for t in texts]
+            sources = [s for s in sources if len(s) <= max_len][:n]
+            if sources:
+                return sources, f"task {task['name']}: {len(sources)} test sources"
+    return random_sources(model, n), f"{n} random sources"
+
+
+def random_model(config_path: Path) -> tuple[Any, Any]:
+    """A random-weight model (seed 0) of the ModelConfig in `config_path` and word-level
+    tokenizers of matching vocabulary sizes."""
+    import torch
+
+    from edgeseq.build_model.model import Seq2SeqTransformer
+    from edgeseq.runtime import constants as C
+    from edgeseq.runtime.config import ModelConfig
+    from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
+
+    cfg = ModelConfig.load(config_path)
+    specials = len(C.SPECIAL_TOKENS)
+    source = Tokenizer.train_word([" ".join(f"S{i}" for i in range(cfg.src_vocab_size - specials))])
+    target = Tokenizer.train_word([" ".join(f"T{i}" for i in range(cfg.tgt_vocab_size - specials))])
+    torch.manual_seed(0)
+    return Seq2SeqTransformer(cfg).eval(), TokenizerPair(source, target)
+
+
+class SearchEngine:
+    """edgeseq's search (`runtime.search`) over a step model: ORT graphs or PyTorch eager."""
+
+    def __init__(self, name: str, step: Any, pad_id: int) -> None:
+        self.name, self.step, self.pad_id = name, step, pad_id
+
+    def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
+        """Decode every batch (lists of source ids) -> outputs and generated tokens."""
+        from edgeseq.runtime.bench import batches as padded
+        from edgeseq.runtime.search import GenerationOptions, search
+
+        options = GenerationOptions(beam_size=beam)
+        self.hypotheses = []  # the best Hypothesis of each source, kept for `agreement`
+        for batch in batches:
+            (src_ids,) = padded(batch, len(batch), self.pad_id)
+            self.hypotheses += [hyps[0] for hyps in search(self.step, src_ids, options)]
+        tokens = sum(len(h.tokens) + h.finished for h in self.hypotheses)
+        return [h.tokens for h in self.hypotheses], tokens
+
+    def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
+        """Teacher-forced log-probability of each of `tokens` after `source`: one decoder
+        step over `<s>` and tokens[:-1]."""
+        from edgeseq.runtime.search import log_softmax
+
+        state = self.step.start(np.array([source], dtype=np.int64))
+        ids = np.array([[self.step.bos_id, *tokens[:-1]]], dtype=np.int64)
+        logits, _ = self.step.step(state, ids)  # (1, N, V)
+        logprobs = log_softmax(logits[0])
+        return [float(logprobs[t, token]) for t, token in enumerate(tokens)]
+
+
+class Ct2Engine:
+    """A CTranslate2 Translator of the converted model at one compute type."""
+
+    def __init__(self, name: str, path: Path, compute_type: str, threads: int, cfg: Any) -> None:
+        import ctranslate2
+        from ct2_convert import ct2_vocabulary
+
+        self.name, self.max_len = name, cfg.max_len
+        self.translator = ctranslate2.Translator(
+            str(path), device="cpu", compute_type=compute_type, intra_threads=threads
+        )
+        self.src_vocab = ct2_vocabulary(cfg.src_vocab_size)
+        self.tgt_vocab = ct2_vocabulary(cfg.tgt_vocab_size)
+        self.tgt_index = {t: i for i, t in enumerate(self.tgt_vocab)}
+
+    def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
+        """Decode every batch -> outputs and generated tokens (see the module docstring)."""
+        outputs, tokens = [], 0
+        for batch in batches:
+            results = self.translator.translate_batch(
+                [[self.src_vocab[i] for i in ids] for ids in batch],
+                beam_size=beam,
+                max_decoding_length=self.max_len,
+            )
+            for result in results:
+                ids = tuple(self.tgt_index[t] for t in result.hypotheses[0])
+                outputs.append(ids)
+                tokens += len(ids) + (len(ids) < self.max_len)
+        return outputs, tokens
+
+    def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
+        """Teacher-forced log-probability of each of `tokens` after `source` (Translator
+        .score_batch; at most max_len - 1 tokens, as it appends `</s>`)."""
+        (scored,) = self.translator.score_batch(
+            [[self.src_vocab[i] for i in source]], [[self.tgt_vocab[i] for i in tokens]]
+        )
+        return list(scored.log_probs[: len(tokens)])
+
+
+def cut(sources: Sequence[list[int]], size: int) -> list[list[list[int]]]:
+    """Sources sorted by length (stable), in batches of `size`."""
+    ordered = sorted(sources, key=len)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def measure(
+    engines: list, sources: list, batch_sizes: Sequence[int], beams: Sequence[int], passes: int
+) -> dict[str, Any]:
+    """Interleaved passes (module docstring, step 5) -> per cell, per engine: tokens/s of
+    every pass and the per-pass ratios to REFERENCE."""
+    cells = [(beam, size) for beam in beams for size in batch_sizes]
+    rates: dict[tuple, dict[str, list[float]]] = {cell: {} for cell in cells}
+    for beam, size in cells:  # warm-up: the first two batches of each cell, untimed
+        for engine in engines:
+            if beam == 1 or engine.name != "pytorch eager":
+                engine.run(cut(sources, size)[:2], beam)
+    for index in range(passes):
+        for position, (beam, size) in enumerate(cells):
+            batches = cut(sources, size)
+            here = [e for e in engines if beam == 1 or e.name != "pytorch eager"]
+            shift = (index + position) % len(here)
+            for engine in here[shift:] + here[:shift]:
+                start = time.perf_counter()
+                _, tokens = engine.run(batches, beam)
+                seconds = time.perf_counter() - start
+                rates[beam, size].setdefault(engine.name, []).append(tokens / seconds)
+            print(f"pass {index + 1}/{passes}: beam {beam}, batch {size}", file=sys.stderr)
+    out: dict[str, Any] = {}
+    for (beam, size), by_engine in rates.items():
+        reference = by_engine[REFERENCE]
+        cell = {}
+        for name, values in by_engine.items():
+            ratio = [v / r for v, r in zip(values, reference, strict=True)]
+            cell[name] = {
+                "tokens_per_s": values,
+                "ratio_per_pass": ratio,
+                "ratio": float(np.median(ratio)),
+                "ratio_min": min(ratio),
+                "ratio_max": max(ratio),
+            }
+        out[f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {size}"] = cell
+    return out
+
+
+def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, Any]]:
+    """Greedy ids of every engine vs edgeseq fp32 at batch `size`: equal sources of all.
+    Where CTranslate2 fp32 differs, `tie_gap` is the largest difference between the two
+    engines' teacher-forced log-probabilities of edgeseq's output (its first max_len - 1
+    tokens): tiny when both compute the same model and a near tie went either way."""
+    outputs = {e.name: e.run(cut(sources, size), 1)[0] for e in engines}
+    by_name = {e.name: e for e in engines}
+    reference = outputs["edgeseq fp32"]
+    result = {}
+    for name, out in outputs.items():
+        same = [a == b for a, b in zip(out, reference, strict=True)]
+        first = same.index(False) if not all(same) else None
+        result[name] = {"equal": sum(same), "of": len(same), "first_difference": first}
+    pairs = zip(outputs[REFERENCE], reference, strict=True)
+    differ = [i for i, (a, b) in enumerate(pairs) if a != b]
+    if differ:
+        ordered = [s for batch in cut(sources, size) for s in batch]
+        gaps = [0.0]
+        for i in differ:
+            tokens = reference[i][: by_name[REFERENCE].max_len - 1]
+            ours = by_name["edgeseq fp32"].token_logprobs(ordered[i], tokens)
+            theirs = by_name[REFERENCE].token_logprobs(ordered[i], tokens)
+            gaps += [abs(a - b) for a, b in zip(ours, theirs, strict=True)]
+        result[REFERENCE]["tie_gap"] = max(gaps)
+    return result
+
+
+def _sizes(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers like 1,32, got {text!r}")
+    return values
+
+
+def _positive(text: str) -> int:
+    value = int(text) if text.isdigit() else 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line (see --help)."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", type=Path, help="checkpoint directory or ModelConfig JSON file")
+    bundle_help = "fp32+int8 edgeseq bundle of MODEL (default: export one to a temporary dir)"
+    parser.add_argument("--bundle", type=Path, help=bundle_help)
+    parser.add_argument(
+        "--words", type=_positive, default=256, help="sources to decode (default 256)"
+    )
+    parser.add_argument(
+        "--passes",
+        type=_positive,
+        default=3,
+        help="timed passes over every cell (default 3; 5 for published numbers)",
+    )
+    parser.add_argument(
+        "--batch-sizes",
+        type=_sizes,
+        default=(1, 32),
+        help="comma-separated batch sizes (default 1,32)",
+    )
+    parser.add_argument(
+        "--beams", type=_sizes, default=(1, 4), help="beam sizes, 1 = greedy (default 1,4)"
+    )
+    parser.add_argument(
+        "--threads", type=_positive, default=1, help="intra-op threads per engine (default 1)"
+    )
+    parser.add_argument("--json", type=Path, help="write every number (per pass) to this JSON file")
+    return parser.parse_args(argv)
+
+
+def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Export, convert, check agreement, measure (module docstring); return the report."""
+    import ctranslate2
+    import onnxruntime
+    import torch
+    from ct2_convert import convert_to_ctranslate2
+
+    from edgeseq.build_model.checkpoint import load_checkpoint
+    from edgeseq.build_model.torch_step import TorchStep
+    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.onnx_export import edgeseq_version
+    from edgeseq.export.variants import VariantOptions
+    from edgeseq.runtime.bundle import load_bundle
+    from edgeseq.runtime.errors import EdgeseqError
+    from edgeseq.runtime.ort_step import OrtStep
+    from edgeseq.runtime.providers import open_sessions
+
+    torch.set_num_threads(args.threads)
+    if args.model.is_dir():
+        model, tokenizers, meta = load_checkpoint(args.model)
+        task = meta.task
+    elif args.model.is_file():
+        (model, tokenizers), task = random_model(args.model), None
+    else:
+        raise EdgeseqError(f"{args.model} is neither a checkpoint directory nor a config file")
+    cfg = model.cfg
+    bundle_dir = args.bundle
+    if bundle_dir is None:
+        print("exporting the edgeseq bundle (fp32, int8)", file=sys.stderr)
+        bundle_dir = workdir / "bundle"
+        variants = VariantOptions(names=("fp32", "int8"))
+        export_bundle(model, tokenizers, bundle_dir, task=task, verify=False, variants=variants)
+    bundle = load_bundle(bundle_dir)
+    if bundle.config != cfg or "int8" not in bundle.variants:
+        raise EdgeseqError(
+            f"{bundle_dir} is not an fp32+int8 export of {args.model}; "
+            "export one with `edgeseq export --variants fp32,int8` or leave out --bundle"
+        )
+    ct2_dir = convert_to_ctranslate2(model, workdir / "ct2")
+    engines: list = [SearchEngine("pytorch eager", TorchStep(model), cfg.pad_id)]
+    for variant in ("fp32", "int8"):
+        encoder, decoder, _ = open_sessions(*bundle.graphs(variant), "cpu", args.threads)
+        step = OrtStep(encoder, decoder, cfg)
+        engines.append(SearchEngine(f"edgeseq {variant}", step, cfg.pad_id))
+    for compute_type in ("float32", "int8"):
+        name = f"ctranslate2 {'fp32' if compute_type == 'float32' else compute_type}"
+        engines.append(Ct2Engine(name, ct2_dir, compute_type, args.threads, cfg))
+    sources, described = task_sources(model, tokenizers, task, args.words)
+    machine = cpu_info()
+    with torch.inference_mode():
+        agree = agreement(engines, sources, max(args.batch_sizes))
+        ct2 = agree[REFERENCE]
+        if ct2.get("tie_gap", 0.0) > TIE_GAP:
+            raise EdgeseqError(
+                f"CTranslate2 fp32 differs from edgeseq fp32 on {ct2['of'] - ct2['equal']} of "
+                f"{ct2['of']} sources (first: #{ct2['first_difference']}), and scores edgeseq's "
+                f"outputs {ct2['tie_gap']:.1e} per token apart: the conversion is wrong"
+            )
+        cells = measure(engines, sources, args.batch_sizes, args.beams, args.passes)
+    machine["loadavg_after"] = list(os.getloadavg())
+    return {
+        "model": str(args.model),
+        "bundle": str(args.bundle) if args.bundle else "exported to a temporary directory",
+        "sources": described,
+        "threads": args.threads,
+        "passes": args.passes,
+        "engines": [e.name for e in engines],
+        "reference": REFERENCE,
+        "agreement": agree,
+        "cells": cells,
+        "machine": machine,
+        "versions": {
+            "edgeseq": edgeseq_version(),
+            "onnxruntime": onnxruntime.__version__,
+            "ctranslate2": ctranslate2.__version__,
+            "torch": torch.__version__,
+            "numpy": np.__version__,
+            "python": platform.python_version(),
+        },
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark; print markdown (and write --json). Returns the exit status."""
+    args = parse_args(argv)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))  # ct2_convert
+    try:
+        import ctranslate2  # noqa: F401
+    except ImportError:
+        print("error: ctranslate2 is not installed: pip install 'edgeseq[bench]'", file=sys.stderr)
+        return 1
+    from edgeseq.runtime.errors import EdgeseqError
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="edgeseq-vs-ct2-") as workdir:
+            report = run(args, Path(workdir))
+    except EdgeseqError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
