@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[train,dev,serve]"
+	$(BIN)/pip install -q -e ".[train,dev,serve,eval,bench]"
 	touch $(STAMP)
 
 demo: $(STAMP)
