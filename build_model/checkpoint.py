@@ -23,19 +23,16 @@ killed process never leaves a half-written checkpoint under the final name.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import json
-import os
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import CONFIG_FILE, TOKENIZER_FILE
 from edgeseq.runtime.errors import CheckpointError, ConfigError, EdgeseqError
@@ -68,25 +65,6 @@ class CheckpointMeta:
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-
-
-@contextlib.contextmanager
-def _atomic_directory(path: Path) -> Iterator[Path]:
-    """Yield a fresh temporary directory that replaces `path` when the block succeeds."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.tmp-{os.getpid()}"
-    old = path.parent / f".{path.name}.old-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    if path.exists():
-        os.replace(path, old)
-    os.replace(tmp, path)
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], list]:
@@ -124,7 +102,7 @@ def save_checkpoint(
     if weights_dtype != "float32":
         model = copy.deepcopy(model).to(WEIGHT_DTYPES[weights_dtype])
         state["weights_dtype"] = weights_dtype
-    with _atomic_directory(path) as tmp:
+    with atomic_directory(path) as tmp:
         save_model(model, str(tmp / MODEL_FILE), metadata={"format": str(CHECKPOINT_FORMAT)})
         model.cfg.save(tmp / CONFIG_FILE)
         tokenizers.save(tmp, model.cfg.max_len)

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
 
-from .bundle import _replace
-from .cli import export_checkpoint
+from .pipeline import export_checkpoint
 from .variants import VariantOptions
 
 DEFAULT_KEEP = ("int8",)
@@ -67,7 +67,8 @@ def build_builtin(
             checkpoint, staged, variants=VariantOptions(names), progress=print, force=True
         )
         manifest = slim_bundle(staged, keep)
-        _replace(staged, out)
+        with atomic_directory(out) as tmp:
+            shutil.copytree(staged, tmp, dirs_exist_ok=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return manifest

@@ -15,9 +15,6 @@ only with ``force=True``. The format is documented in docs/bundle.md.
 from __future__ import annotations
 
 import json
-import os
-import secrets
-import shutil
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -27,6 +24,7 @@ from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.bundle import version_key
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
@@ -125,20 +123,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
-def _replace(tmp: Path, out: Path) -> None:
-    """Move `tmp` to `out`, replacing whatever is there (only called with force or none)."""
-    old = None
-    if out.exists() or out.is_symlink():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-    os.replace(tmp, out)
-    if old is not None:
-        if old.is_dir() and not old.is_symlink():
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            old.unlink(missing_ok=True)
-
-
 def export_bundle(
     model: Seq2SeqTransformer,
     tokenizers: TokenizerPair,
@@ -164,20 +148,13 @@ def export_bundle(
     out = Path(out)
     refuse_existing(out, force)
     model.eval()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{secrets.token_hex(4)}"
-    tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
-    try:
+    with atomic_directory(out) as tmp:
         manifest = _write_into(
             model, tokenizers, tmp, task, held, opset, verify, max_new_tokens,
             variants or VariantOptions(), say,
         )  # fmt: skip
         if (out.exists() or out.is_symlink()) and not force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
-        _replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     say(f"wrote {out}")
     return manifest
 

@@ -1,0 +1,84 @@
+"""Write a directory all at once: the one way edgeseq puts a bundle or a checkpoint in place.
+
+    with atomic_directory("bundles/rev") as tmp:   # an empty hidden sibling of the target
+        write_everything_into(tmp)
+    # now bundles/rev is the new directory; on an exception nothing changed
+
+The block writes into `.NAME.tmp-PID-XXXX` next to the target. When it succeeds that
+directory replaces the target (whatever was there is moved aside, then deleted); when it
+raises (an error, a failed check, Ctrl-C) the temporary directory is deleted. A process
+killed mid-write leaves its temporary directory behind: the next write to the same target
+deletes every such sibling whose process is gone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+_TEMP = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]+")
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process with this id exists (ours counts as alive)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return True
+
+
+def remove_stale_temporaries(target: Path) -> list[Path]:
+    """Delete `target`'s temporary and set-aside siblings left by processes that are gone;
+    return what was deleted."""
+    removed = []
+    if not target.parent.is_dir():
+        return removed
+    for sibling in target.parent.iterdir():
+        match = _TEMP.fullmatch(sibling.name)
+        if match and match["name"] == target.name and not _alive(int(match["pid"])):
+            _remove(sibling)
+            removed.append(sibling)
+    return removed
+
+
+def _remove(path: Path) -> None:
+    """Delete a file, a link or a directory tree, whichever `path` is."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _sibling(target: Path, kind: str) -> Path:
+    return target.parent / f".{target.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+@contextlib.contextmanager
+def atomic_directory(target: str | Path) -> Iterator[Path]:
+    """Yield an empty temporary directory that replaces `target` when the block succeeds
+    and is deleted when it raises (see the module docstring)."""
+    target = Path(target)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(target)
+    tmp = _sibling(target, "tmp")
+    tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
+    try:
+        yield tmp
+    except BaseException:
+        _remove(tmp)
+        raise
+    old = None
+    if target.exists() or target.is_symlink():
+        old = _sibling(target, "old")
+        os.replace(target, old)
+    os.replace(tmp, target)
+    if old is not None:
+        _remove(old)
