@@ -10,16 +10,14 @@ prints): load the checkpoint, pick the held-out inputs of its task, and hand bot
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
-from edgeseq.runtime.manifest import check_files, read_manifest
 
 from .bundle import export_bundle, refuse_existing
 from .heldout import heldout_sources
@@ -93,12 +91,9 @@ def verify_bundle(
     Raises BundleError for a tampered bundle or one exported from another model, and
     ParityError (carrying the report) when a level fails."""
     say = progress or (lambda _: None)
-    bundle = Path(bundle)
-    manifest = read_manifest(bundle)
-    check_files(bundle, manifest)
+    loaded = load_bundle(bundle)  # the runtime's checks: manifest, checksums, config, tokenizers
+    bundle, manifest, bundle_cfg = loaded.path, loaded.manifest, loaded.config
     say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
-    config = json.loads((bundle / C.CONFIG_FILE).read_text(encoding="utf-8"))
-    bundle_cfg = ModelConfig.from_dict(config["model"])
     model, tokenizers, meta = _load(checkpoint, say)
     if bundle_cfg != model.cfg:
         raise BundleError(

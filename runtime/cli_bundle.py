@@ -21,9 +21,10 @@ import onnxruntime as ort
 
 from . import constants as C
 from .builtin import resolve_bundle
+from .bundle import load_bundle
 from .errors import BundleError
 from .graph_search import search_parity_rows
-from .manifest import read_manifest, sha256_file
+from .manifest import file_status, read_manifest
 
 VARIANT_ORDER = ("fp32", "int8", "fp16", "ort")  # display order of the variants table
 NUMPY_NAMES = {"float": "float32", "double": "float64"}  # onnxruntime type names -> numpy's
@@ -264,12 +265,7 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
     bad: list[str] = []
     rows = [("file", "bytes", "sha256", "check")]
     for name, entry in sorted(manifest.get("files", {}).items()):
-        file = path / name
-        status = "ok"
-        if not file.is_file():
-            status = "MISSING"
-        elif sha256_file(file) != entry.get("sha256"):
-            status = "TAMPERED"
+        status = file_status(path, name, entry)
         if status != "ok":
             bad.append(name)
         rows.append((name, f"{entry.get('bytes', 0):,}", entry.get("sha256", "")[:16], status))
@@ -290,7 +286,8 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
 @click.command()
 @click.argument("bundle", type=click.Path(path_type=Path))
 def inspect(bundle: Path) -> None:
-    """Print BUNDLE's manifest, graphs (inputs, outputs, shapes), files and parity report."""
+    """Print BUNDLE's manifest, graphs (inputs, outputs, shapes), files and parity report,
+    then run the checks that loading it runs (exit 1 when one fails)."""
     text, bad = inspect_bundle(bundle)
     click.echo(text)
     if bad:
@@ -299,3 +296,5 @@ def inspect(bundle: Path) -> None:
             "manifest (tampered or corrupted); "
             "re-export or copy the bundle again"
         )
+    load_bundle(bundle)  # the checks of Generator.load: a BundleError says which failed
+    click.echo("check: ok (every check that loading the bundle runs)")

@@ -83,6 +83,14 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def file_status(directory: str | Path, name: str, entry: dict[str, Any]) -> str:
+    """ "ok", "MISSING" or "TAMPERED": file `name` of the bundle against its manifest entry."""
+    path = Path(directory) / name
+    if not path.is_file():
+        return "MISSING"
+    return "ok" if sha256_file(path) == entry.get("sha256") else "TAMPERED"
+
+
 def check_files(
     directory: str | Path, manifest: dict[str, Any], names: list[str] | None = None
 ) -> None:
@@ -95,9 +103,10 @@ def check_files(
         path = directory / name
         if entry is None:
             raise BundleError(f"{name} is not listed in {directory / MANIFEST_FILE}; re-export")
-        if not path.is_file():
+        status = file_status(directory, name, entry)
+        if status == "MISSING":
             raise BundleError(f"{path} is missing from the bundle; re-export or copy it again")
-        if sha256_file(path) != entry.get("sha256"):
+        if status == "TAMPERED":
             raise BundleError(
                 f"{path} does not match its sha256 in the manifest (tampered or corrupted); "
                 "re-export or copy the bundle again"
