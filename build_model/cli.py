@@ -9,7 +9,6 @@ edgeseq evaluate runs/g2p/best --split test
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import click
 import numpy as np
 
 from edgeseq.runtime.errors import ConfigError, OptionsError
-from edgeseq.runtime.search import beam_search
+from edgeseq.runtime.search import GenerationOptions, beam_search
 from edgeseq.runtime.step import StepModel
 from edgeseq.runtime.tokenizer import KINDS
 
@@ -265,19 +264,18 @@ def evaluate(
     from .checkpoint import load_checkpoint
     from .evaluation import evaluate_model
 
-    if beam is not None and beam < 1:
-        raise OptionsError(f"--beam must be >= 1, got {beam}")
     if length_penalty is not None and not beam:
         raise OptionsError("--length-penalty ranks beam hypotheses: add --beam N")
-    if length_penalty is not None and not math.isfinite(length_penalty):
-        raise OptionsError(f"--length-penalty must be a finite number, got {length_penalty}")
+    penalty = 1.0 if length_penalty is None else length_penalty
+    # GenerationOptions is the one validator of beam size, length penalty and batch size.
+    GenerationOptions(beam_size=1 if beam is None else beam, length_penalty=penalty,
+                      batch_size=batch_size)  # fmt: skip
     if limit is not None and limit < 1:
         raise OptionsError(f"--limit must be >= 1, got {limit}")
     if threads:
         torch.set_num_threads(threads)
     model, tokenizers, meta = load_checkpoint(checkpoint)
     task = load_task(meta.task["name"], **meta.task["options"])
-    penalty = 1.0 if length_penalty is None else length_penalty
     search = _beam(beam, penalty) if beam else None
     metrics = evaluate_model(model, tokenizers, task, split, limit, batch_size, search)
     result = {

@@ -153,7 +153,7 @@ def evaluate(
     generator = Generator.load(target, providers=provider, threads=threads, variant=variant)
     references = bundle_references(generator.bundle.task, data, split)
     options = GenerationOptions(
-        beam_size=beam or 1,
+        beam_size=1 if beam is None else beam,
         length_penalty=1.0 if length_penalty is None else length_penalty,
         batch_size=batch_size,
         truncate=True,

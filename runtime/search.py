@@ -64,8 +64,8 @@ class GenerationOptions:
             self.length_penalty
         ):
             out.append(f"length_penalty must be a finite number, got {self.length_penalty!r}")
-        if not isinstance(self.temperature, (int, float)) or not self.temperature > 0:
-            out.append(f"temperature must be > 0, got {self.temperature!r}")
+        if not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < np.inf:
+            out.append(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             out.append(f"top_k must be an integer >= 0 (0: no limit), got {self.top_k!r}")
         if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:

@@ -16,7 +16,7 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.train import Recipe, learning_rate, train
 from edgeseq.cli.main import cli, main
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import CheckpointError, ConfigError
+from edgeseq.runtime.errors import CheckpointError, ConfigError, OptionsError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -349,3 +349,13 @@ def test_keep_epochs_and_average(small_reverse_task, small_recipe_factory, tmp_p
     for name, value in model16.state_dict().items():
         assert value.dtype == torch.float32, name
         torch.testing.assert_close(value, full[name].half().float(), rtol=0, atol=0, msg=name)
+
+
+def test_evaluate_options_are_checked_by_generation_options(tmp_path) -> None:
+    """The checkpoint path of `evaluate` refuses options with GenerationOptions' own words,
+    before loading anything."""
+    missing = str(tmp_path / "no-checkpoint")
+    nan = ["evaluate", missing, "--beam", "2", "--length-penalty", "nan"]
+    result = CliRunner().invoke(cli, nan)
+    assert isinstance(result.exception, OptionsError)
+    assert "length_penalty must be a finite number, got nan" in str(result.exception)
