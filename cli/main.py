@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "grow": ("edgeseq.build_model.cli:grow", "Deepen or widen a checkpoint, to train on."),
     "export": ("edgeseq.export.cli:export", "Export a checkpoint to an ONNX bundle, with parity."),
     "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
-    "inspect": ("edgeseq.runtime.cli_bundle:inspect", "Print a bundle's manifest and graphs."),
+    "inspect": ("edgeseq.cli.inspect:inspect", "Print a bundle's manifest and graphs."),
     "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
     "serve": ("edgeseq.runtime.cli_serve:serve", "Serve a bundle over HTTP, batching requests."),
     "models": ("edgeseq.runtime.cli_models:models", "List the built-in bundles (usable by name)."),

@@ -18,11 +18,11 @@ from typing import Any
 
 import click
 
-from edgeseq.runtime.cli_bundle import format_attempts, format_parity, format_variants
 from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.progress import progress_bar
 
 from .limits import DEFAULT_MAX_METRIC_DROP, LEVEL3_MIN_INPUTS
+from .report import format_attempts, format_parity, format_variants
 
 Progress = Callable[[str], None]
 

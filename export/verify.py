@@ -2,7 +2,7 @@
 
     engine = OrtStep.from_files("b/encoder.onnx", "b/decoder.onnx", model.cfg)
     report = run_parity(model, engine, sources)     # sources: held-out source id lists
-    print(format_parity(report))                     # edgeseq.runtime.cli_bundle
+    print(format_parity(report))                     # export/report.py
     check_parity(report)                            # ParityError carrying the report
 
 Three levels, each reported with its numbers (level 1 is export/parity_graphs.py):

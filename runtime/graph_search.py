@@ -19,7 +19,6 @@ match the loop's.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -160,29 +159,3 @@ def _input_names() -> tuple[str, ...]:
         C.SEARCH_REPETITION_PENALTY,
         C.SEARCH_ATTENTION_MASK,
     )
-
-
-def search_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
-    """Rows (level, check, value, result) of a parity report's "search" group for the
-    parity table: fp32 graph vs loop must be identical; int8 and ort are reported."""
-    if not group:
-        return []
-    rows = []
-    for precision in C.SEARCH_FILES:
-        entry = group.get(precision)
-        if not entry:
-            continue
-        for row in entry["rows"]:
-            check = (
-                f"{precision} search graph = loop, beam {row['beam_size']}, batch {row['batch']}"
-            )
-            same = row["identical"] == row["inputs"]
-            result = ("ok" if same else "FAIL") if precision == "fp32" else "report"
-            rows.append(("4", check, f"{row['identical']}/{row['inputs']}", result))
-        if "agreement_with_fp32" in entry:
-            value = f"{100 * entry['agreement_with_fp32']:.1f}%"
-            rows.append(("4", f"{precision} search greedy agreement with fp32", value, "report"))
-        if "drop_points" in entry:
-            value = f"{entry['fp32']:.2%} -> {entry[precision]:.2%}"
-            rows.append(("4", f"{precision} search {entry['metric']} vs fp32", value, "report"))
-    return rows

@@ -87,7 +87,7 @@ def test_inspect_prints_graphs_files_and_parity(export_case) -> None:
 
 def test_inspect_imports_neither_torch_nor_onnx() -> None:
     code = (
-        "import sys, edgeseq.runtime.cli_bundle; "
+        "import sys, edgeseq.cli.inspect; "
         "print(sorted(m for m in ('torch', 'onnx', 'onnxscript') if m in sys.modules))"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

@@ -10,6 +10,7 @@ import torch
 
 from edgeseq.export.limits import LEVEL3_MIN_INPUTS
 from edgeseq.export.parity_graphs import TOLERANCE_FP32, _decoder_feeds
+from edgeseq.export.report import format_parity
 from edgeseq.export.verify import (
     LEVEL3_BEAM_INPUTS,
     check_parity,
@@ -18,7 +19,6 @@ from edgeseq.export.verify import (
     run_parity,
 )
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli_bundle import format_parity
 from edgeseq.runtime.errors import ParityError
 
 

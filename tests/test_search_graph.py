@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from edgeseq.cli.main import cli
+from edgeseq.export.report import search_parity_rows
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import BundleError, OptionsError, ParityError
 from edgeseq.runtime.generator import Generator
-from edgeseq.runtime.graph_search import search_parity_rows
 from edgeseq.runtime.search import GenerationOptions, search
 
 TEXTS = ["abc", "j", "hgfedcba", "aaaaaaaaaaaaaaaaaaa", "bad", "cafebabe", "", "abcdefghij"]

@@ -17,9 +17,10 @@ import onnx
 import pytest
 from click.testing import CliRunner
 
+from edgeseq.cli.inspect import inspect_bundle
 from edgeseq.cli.main import cli, main
+from edgeseq.export.report import format_attempts
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.cli_bundle import format_attempts, inspect_bundle
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.generator import Generator
 

@@ -1,33 +1,21 @@
-"""`edgeseq inspect BUNDLE`: what a bundle holds, without torch or onnx.
+"""Parity reports, variant gates and gate attempts as text tables: what `edgeseq export`,
+`edgeseq verify` and `edgeseq inspect` print.
 
-    edgeseq inspect bundles/rev
+    print(format_parity(manifest["parity"]))      # levels 1-3 (and 4: the search graph)
+    print(format_variants(manifest))              # one row per variant with its gate
+    print(format_attempts(exc.attempts))          # GateError: what the int8 gate tried
 
-Prints the manifest summary (versions, opset, minimum onnxruntime), the model config, every
-file with its size and checksum status, each graph's inputs and outputs with dtypes and
-shapes (read through onnxruntime sessions), the parity report measured at export and the
-variants table (size, load time, tokens/s, accuracy gate against fp32).
-A file whose sha256 does not match the manifest is listed, then the command fails.
+Torch-free (the runtime's constants only), so a torch-free `edgeseq inspect` shows the
+evidence that the export measured.
 """
 
 from __future__ import annotations
 
-import itertools
-import json
-from pathlib import Path
 from typing import Any
 
-import click
-import onnxruntime as ort
-
-from . import constants as C
-from .builtin import resolve_bundle
-from .bundle import load_bundle
-from .errors import BundleError
-from .graph_search import search_parity_rows
-from .manifest import file_status, read_manifest
+from edgeseq.runtime import constants as C
 
 VARIANT_ORDER = ("fp32", "int8", "fp16", "ort")  # display order of the variants table
-NUMPY_NAMES = {"float": "float32", "double": "float64"}  # onnxruntime type names -> numpy's
 
 
 def format_table(rows: list[tuple[str, ...]], indent: str = "") -> str:
@@ -188,113 +176,27 @@ def format_attempts(attempts: list[dict[str, Any]]) -> str:
     return format_table(rows)
 
 
-def _graph_io(path: Path) -> list[tuple[str, ...]]:
-    """(direction, name, dtype, shape) rows of a graph, read through an onnxruntime session."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    rows: list[tuple[str, ...]] = []
-    for direction, values in (("in", session.get_inputs()), ("out", session.get_outputs())):
-        for value in values:
-            dtype = value.type.removeprefix("tensor(").removesuffix(")")
-            dtype = NUMPY_NAMES.get(dtype, dtype)
-            shape = "[" + ", ".join(str(d) for d in value.shape) + "]"
-            rows.append((direction, value.name, dtype, shape))
-    return _fold_layers(rows)
-
-
-def _fold_layers(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
-    """Consecutive per-layer rows alike fold into one: `past_k.0` .. `past_k.6` with the same
-    dtype and shape -> `past_k.{0..6}`."""
-
-    def key(row: tuple[str, ...]) -> tuple[str, ...]:
-        family, _, layer = row[1].partition(".")
-        return (row[0], family if layer.isdigit() else row[1], row[2], row[3])
-
-    folded = []
-    for (direction, name, dtype, shape), group in itertools.groupby(rows, key):
-        layers = [row[1].partition(".")[2] for row in group]
-        if len(layers) > 1:
-            name = f"{name}.{{{layers[0]}..{layers[-1]}}}"
-        elif layers[0].isdigit():
-            name = f"{name}.{layers[0]}"
-        folded.append((direction, name, dtype, shape))
-    return folded
-
-
-def _id(special: dict[str, Any]) -> int:
-    return int(special["id"])
-
-
-def _model_line(model: dict[str, Any]) -> str:
-    d_head = model["d_model"] // model["n_heads"]
-    return (
-        f"model: d_model {model['d_model']}, {model['n_heads']} heads (d_head {d_head}), "
-        f"{model['n_encoder_layers']}+{model['n_decoder_layers']} layers, d_ff {model['d_ff']}, "
-        f"vocab {model['src_vocab_size']} -> {model['tgt_vocab_size']}, "
-        f"max_len {model['max_len']}, {model['norm']}-norm, {model['positional']} positions, "
-        f"{model['activation']}, {'tied' if model['tie_output'] else 'separate'} output"
-    )
-
-
-def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
-    """The inspection text of bundle `path` (a directory or a built-in name) and the names
-    of files failing their checksum."""
-    path = resolve_bundle(path)
-    manifest = read_manifest(path)
-    lines = [
-        f"bundle {path} (format {manifest['format_version']}, edgeseq "
-        f"{manifest.get('edgeseq_version', '?')}, created {manifest.get('created_utc', '?')})"
-    ]
-    config_path = path / C.CONFIG_FILE
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        lines.append(_model_line(config["model"]))
-        specials = config.get("special_tokens", {})
-        lines.append(
-            "special tokens: "
-            + ", ".join(f"{s['token']}={s['id']}" for s in sorted(specials.values(), key=_id))
-        )
-        if config.get("task"):
-            lines.append(f"task: {json.dumps(config['task'], sort_keys=True)}")
-    exporter = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("exporter", {}).items()))
-    lines.append(
-        f"graphs: opset {manifest.get('opset')}, IR {manifest.get('ir_version')}, needs "
-        f"onnxruntime >= {manifest.get('min_onnxruntime')}; exported with {exporter}"
-    )
-    bad: list[str] = []
-    rows = [("file", "bytes", "sha256", "check")]
-    for name, entry in sorted(manifest.get("files", {}).items()):
-        status = file_status(path, name, entry)
-        if status != "ok":
-            bad.append(name)
-        rows.append((name, f"{entry.get('bytes', 0):,}", entry.get("sha256", "")[:16], status))
-    lines += ["files:", format_table(rows, "  ")]
-    for variant, info in manifest.get("variants", {}).items():
-        verified = "verified" if info.get("verified") else "not verified"
-        lines.append(f"variant {variant} ({verified}):")
-        for graph in ("encoder", "decoder"):
-            name = info.get(graph)
-            if name and name not in bad and (path / name).is_file():
-                lines.append(f"  {name}")
-                lines.append(format_table(_graph_io(path / name), "    "))
-    lines += ["parity (measured at export):", format_parity(manifest.get("parity", {}))]
-    lines += ["variants (measured at export):", format_variants(manifest)]
-    return "\n".join(lines), bad
-
-
-@click.command()
-@click.argument("bundle", type=click.Path(path_type=Path))
-def inspect(bundle: Path) -> None:
-    """Print BUNDLE's manifest, graphs (inputs, outputs, shapes), files and parity report,
-    then run the checks that loading it runs (exit 1 when one fails)."""
-    text, bad = inspect_bundle(bundle)
-    click.echo(text)
-    if bad:
-        raise BundleError(
-            f"{', '.join(bad)} in {bundle} {'does' if len(bad) == 1 else 'do'} not match the "
-            "manifest (tampered or corrupted); "
-            "re-export or copy the bundle again"
-        )
-    load_bundle(bundle)  # the checks of Generator.load: a BundleError says which failed
-    click.echo("check: ok (every check that loading the bundle runs)")
+def search_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """Rows (level, check, value, result) of a parity report's "search" group for the
+    parity table: fp32 graph vs loop must be identical; int8 and ort are reported."""
+    if not group:
+        return []
+    rows = []
+    for precision in C.SEARCH_FILES:
+        entry = group.get(precision)
+        if not entry:
+            continue
+        for row in entry["rows"]:
+            check = (
+                f"{precision} search graph = loop, beam {row['beam_size']}, batch {row['batch']}"
+            )
+            same = row["identical"] == row["inputs"]
+            result = ("ok" if same else "FAIL") if precision == "fp32" else "report"
+            rows.append(("4", check, f"{row['identical']}/{row['inputs']}", result))
+        if "agreement_with_fp32" in entry:
+            value = f"{100 * entry['agreement_with_fp32']:.1f}%"
+            rows.append(("4", f"{precision} search greedy agreement with fp32", value, "report"))
+        if "drop_points" in entry:
+            value = f"{entry['fp32']:.2%} -> {entry[precision]:.2%}"
+            rows.append(("4", f"{precision} search {entry['metric']} vs fp32", value, "report"))
+    return rows

@@ -1,0 +1,138 @@
+"""`edgeseq inspect BUNDLE`: a bundle's manifest, model, files, graphs and the parity and
+gate evidence measured at export, then the checks that loading it runs.
+
+    edgeseq inspect bundles/g2p-en          # or a built-in name: edgeseq inspect g2p-en
+
+Torch-free: the runtime reads and checks the bundle, export/report.py formats the evidence.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import onnxruntime as ort
+
+from edgeseq.export.report import format_parity, format_table, format_variants
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.builtin import resolve_bundle
+from edgeseq.runtime.bundle import load_bundle
+from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.manifest import file_status, read_manifest
+
+NUMPY_NAMES = {"float": "float32", "double": "float64"}  # onnxruntime type names -> numpy's
+
+
+def _graph_io(path: Path) -> list[tuple[str, ...]]:
+    """(direction, name, dtype, shape) rows of a graph, read through an onnxruntime session."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    rows: list[tuple[str, ...]] = []
+    for direction, values in (("in", session.get_inputs()), ("out", session.get_outputs())):
+        for value in values:
+            dtype = value.type.removeprefix("tensor(").removesuffix(")")
+            dtype = NUMPY_NAMES.get(dtype, dtype)
+            shape = "[" + ", ".join(str(d) for d in value.shape) + "]"
+            rows.append((direction, value.name, dtype, shape))
+    return _fold_layers(rows)
+
+
+def _fold_layers(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """Consecutive per-layer rows alike fold into one: `past_k.0` .. `past_k.6` with the same
+    dtype and shape -> `past_k.{0..6}`."""
+
+    def key(row: tuple[str, ...]) -> tuple[str, ...]:
+        family, _, layer = row[1].partition(".")
+        return (row[0], family if layer.isdigit() else row[1], row[2], row[3])
+
+    folded = []
+    for (direction, name, dtype, shape), group in itertools.groupby(rows, key):
+        layers = [row[1].partition(".")[2] for row in group]
+        if len(layers) > 1:
+            name = f"{name}.{{{layers[0]}..{layers[-1]}}}"
+        elif layers[0].isdigit():
+            name = f"{name}.{layers[0]}"
+        folded.append((direction, name, dtype, shape))
+    return folded
+
+
+def _id(special: dict[str, Any]) -> int:
+    return int(special["id"])
+
+
+def _model_line(model: dict[str, Any]) -> str:
+    d_head = model["d_model"] // model["n_heads"]
+    return (
+        f"model: d_model {model['d_model']}, {model['n_heads']} heads (d_head {d_head}), "
+        f"{model['n_encoder_layers']}+{model['n_decoder_layers']} layers, d_ff {model['d_ff']}, "
+        f"vocab {model['src_vocab_size']} -> {model['tgt_vocab_size']}, "
+        f"max_len {model['max_len']}, {model['norm']}-norm, {model['positional']} positions, "
+        f"{model['activation']}, {'tied' if model['tie_output'] else 'separate'} output"
+    )
+
+
+def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
+    """The inspection text of bundle `path` (a directory or a built-in name) and the names
+    of files failing their checksum."""
+    path = resolve_bundle(path)
+    manifest = read_manifest(path)
+    lines = [
+        f"bundle {path} (format {manifest['format_version']}, edgeseq "
+        f"{manifest.get('edgeseq_version', '?')}, created {manifest.get('created_utc', '?')})"
+    ]
+    config_path = path / C.CONFIG_FILE
+    if config_path.is_file():
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        lines.append(_model_line(config["model"]))
+        specials = config.get("special_tokens", {})
+        lines.append(
+            "special tokens: "
+            + ", ".join(f"{s['token']}={s['id']}" for s in sorted(specials.values(), key=_id))
+        )
+        if config.get("task"):
+            lines.append(f"task: {json.dumps(config['task'], sort_keys=True)}")
+    exporter = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("exporter", {}).items()))
+    lines.append(
+        f"graphs: opset {manifest.get('opset')}, IR {manifest.get('ir_version')}, needs "
+        f"onnxruntime >= {manifest.get('min_onnxruntime')}; exported with {exporter}"
+    )
+    bad: list[str] = []
+    rows = [("file", "bytes", "sha256", "check")]
+    for name, entry in sorted(manifest.get("files", {}).items()):
+        status = file_status(path, name, entry)
+        if status != "ok":
+            bad.append(name)
+        rows.append((name, f"{entry.get('bytes', 0):,}", entry.get("sha256", "")[:16], status))
+    lines += ["files:", format_table(rows, "  ")]
+    for variant, info in manifest.get("variants", {}).items():
+        verified = "verified" if info.get("verified") else "not verified"
+        lines.append(f"variant {variant} ({verified}):")
+        for graph in ("encoder", "decoder"):
+            name = info.get(graph)
+            if name and name not in bad and (path / name).is_file():
+                lines.append(f"  {name}")
+                lines.append(format_table(_graph_io(path / name), "    "))
+    lines += ["parity (measured at export):", format_parity(manifest.get("parity", {}))]
+    lines += ["variants (measured at export):", format_variants(manifest)]
+    return "\n".join(lines), bad
+
+
+@click.command()
+@click.argument("bundle", type=click.Path(path_type=Path))
+def inspect(bundle: Path) -> None:
+    """Print BUNDLE's manifest, graphs (inputs, outputs, shapes), files and parity report,
+    then run the checks that loading it runs (exit 1 when one fails)."""
+    text, bad = inspect_bundle(bundle)
+    click.echo(text)
+    if bad:
+        raise BundleError(
+            f"{', '.join(bad)} in {bundle} {'does' if len(bad) == 1 else 'do'} not match the "
+            "manifest (tampered or corrupted); "
+            "re-export or copy the bundle again"
+        )
+    load_bundle(bundle)  # the checks of Generator.load: a BundleError says which failed
+    click.echo("check: ok (every check that loading the bundle runs)")
