@@ -23,7 +23,7 @@ from . import constants as C
 from .builtin import resolve_bundle
 from .config import ModelConfig
 from .errors import BundleError, ConfigError, TokenizerError
-from .manifest import check_files, read_manifest
+from .manifest import check_files, check_inside, read_manifest
 from .tokenizer import Tokenizer, TokenizerPair
 
 # Static dims of the per-layer cross/cache tensors [batch, heads, len, d_head] checked per graph.
@@ -112,7 +112,7 @@ def _variants(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[Path, Pat
                 f"{path / C.MANIFEST_FILE}: variant {name!r} does not name an encoder and a "
                 "decoder graph; re-export"
             )
-        out[name] = (path / files[0], path / files[1])
+        out[name] = (check_inside(path, files[0]), check_inside(path, files[1]))
     return out
 
 

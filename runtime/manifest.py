@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from .constants import BUNDLE_FORMAT_VERSION, MANIFEST_FILE
@@ -83,6 +83,22 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def check_inside(directory: str | Path, name: object) -> Path:
+    """The path of bundle file `name`; BundleError unless it is a relative path that stays
+    inside `directory` once links are resolved (a bundle is closed: no `../x`, no absolute
+    path, no link to a file elsewhere)."""
+    directory = Path(directory)
+    root = directory.resolve()
+    ok = isinstance(name, str) and name and not PurePath(name).is_absolute()
+    path = directory / name if ok else directory
+    if not ok or ".." in PurePath(name).parts or not path.resolve().is_relative_to(root):
+        raise BundleError(
+            f"{directory / MANIFEST_FILE} names {name!r}, which is outside the bundle "
+            "directory; a bundle only uses its own files: re-export it or copy it whole"
+        )
+    return path
+
+
 def file_status(directory: str | Path, name: str, entry: dict[str, Any]) -> str:
     """ "ok", "MISSING" or "TAMPERED": file `name` of the bundle against its manifest entry."""
     path = Path(directory) / name
@@ -100,7 +116,7 @@ def check_files(
     table = manifest.get("files", {})
     for name in names if names is not None else sorted(table):
         entry = table.get(name)
-        path = directory / name
+        path = check_inside(directory, name)
         if entry is None:
             raise BundleError(f"{name} is not listed in {directory / MANIFEST_FILE}; re-export")
         status = file_status(directory, name, entry)
