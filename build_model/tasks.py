@@ -263,9 +263,17 @@ def read_tsv(path: str | Path) -> list[Pair]:
     if not path.is_file():
         raise DataError(f"corpus {path} does not exist; pass a source<TAB>target file")
     pairs: list[Pair] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            line = line.rstrip("\r\n")
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                    f"{exc.start + 1}); convert the corpus to UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
             if not line:
                 continue
             fields = line.split("\t")

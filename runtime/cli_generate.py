@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from .errors import InputTooLongError
+from .errors import InputFileError, InputTooLongError
 from .generator import Generator, Result, Source
 from .graph_search import SEARCH_MODES
 from .progress import progress_bar
@@ -102,7 +102,16 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None) -> list[InputLin
         stdin = sys.stdin
         data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
     else:
-        data = Path(input_file).read_bytes()
+        path = Path(input_file)
+        if not path.is_file():
+            what = "a directory" if path.is_dir() else "not a file" if path.exists() else "missing"
+            raise InputFileError(
+                f"--input {input_file} is {what}; give a text file, one input a line"
+            )
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputFileError(f"--input {input_file} cannot be read: {exc.strerror}") from None
     return [InputLine("line", n, t, r) for n, (t, r) in enumerate(split_lines(data), start=1)]
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import EdgeseqError
 from ..generator import Generator, Result
-from ..search import GenerationOptions
+from ..search import MAX_HYPOTHESES, GenerationOptions
 
 
 class QueueFullError(EdgeseqError):
@@ -72,8 +72,9 @@ class Job:
 
 def options_key(options: GenerationOptions, max_batch: int) -> GenerationOptions:
     """What must be equal for two requests to share a batch: every option, with the
-    engine batch size set to the server's."""
-    return replace(options, batch_size=max_batch)
+    engine batch size set to the server's (lowered so that beam_size x batch_size stays
+    within MAX_HYPOTHESES)."""
+    return replace(options, batch_size=min(max_batch, MAX_HYPOTHESES // options.beam_size))
 
 
 def run_merged(
