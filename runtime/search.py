@@ -45,7 +45,7 @@ class GenerationOptions:
     top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
     top_p: float = 1.0  # sampling: keep the smallest set with probability >= top_p, (0, 1]
     seed: int | None = None  # sampling: same seed + same input -> same output
-    batch_size: int = 32  # inputs per engine batch (does not change results)
+    batch_size: int = 32  # inputs per engine batch, in input order (int8: may change results)
     truncate: bool = False  # cut over-long sources to max_len instead of raising
 
     def __post_init__(self) -> None:
