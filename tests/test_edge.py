@@ -94,18 +94,20 @@ def test_browser_refuses_a_tampered_bundle(runtime_case, tmp_path: Path) -> None
     assert "tokenizer.json does not match its sha256 in manifest.json" in result.stderr
 
 
-@pytest.mark.parametrize(("variant", "beams"), [("fp32", 1), ("int8", 4)])
+@pytest.mark.parametrize(("variant", "beams", "batch"), [("fp32", 1, 32), ("int8", 4, 4)])
 def test_browser_search_graph_equals_python(
-    search_bundle: Path, tmp_path: Path, variant: str, beams: int
+    search_bundle: Path, tmp_path: Path, variant: str, beams: int, batch: int
 ) -> None:
+    """Bundle.generateInGraph in Chromium = `edgeseq generate --search graph`, with the CLI's
+    batches (int8's dynamic quantization makes an output depend on its batch)."""
     need({"node": bool(shutil.which("node")), "chromium": bool(CHROMIUM)}, CACHE / "npm")
     words = words_file(tmp_path, 12)
-    result = browser_check(search_bundle, words, tmp_path, "--variant", variant,
-                           "--search", "graph", "--beams", str(beams))  # fmt: skip
+    result = browser_check(search_bundle, words, tmp_path, "--variant", variant, "--search",
+                           "graph", "--beams", str(beams), "--batch-size", str(batch))  # fmt: skip
     assert result.returncode == 0, result.stderr
     got = (tmp_path / f"browser-search-{variant}.txt").read_text(encoding="utf-8").splitlines()
     flags = ("--variant", variant, "--search", "graph", "--beam", str(beams))
-    want = x86_outputs(search_bundle, words, *flags)
+    want = x86_outputs(search_bundle, words, *flags, "--batch-size", str(batch))
     assert len(want) == 15
     assert got == want
 

@@ -228,25 +228,31 @@ export class Bundle {
   }
 
   /**
-   * Best output ids (without <s> and </s>) of source ids [S] from the search graph, in one
-   * run: greedy for beams 1, else beam search ranked by logprob / length ** lengthPenalty.
+   * Best output ids (without <s> and </s>) of each row of source ids from the search graph,
+   * in one run for all rows (right-padded with <pad>, masked): greedy for beams 1, else beam
+   * search ranked by logprob / length ** lengthPenalty, as runtime/graph_search.py ranks.
    */
-  async searchIds(srcIds, { beams = 1, lengthPenalty = 1.0, maxNewTokens = null } = {}) {
+  async searchIds(rows, { beams = 1, lengthPenalty = 1.0, maxNewTokens = null } = {}) {
     if (!this.searchGraph) {
-      throw new BundleError('the bundle was loaded without its search graph; load it with search: "graph"');
+      throw new BundleError(
+        'the bundle was loaded without its search graph; load it with search: "graph"',
+      );
     }
     if (!(Number.isInteger(beams) && beams >= 1)) {
       throw new BundleError(`beams is ${beams}; use a positive integer`);
     }
     const { Tensor } = this.ort;
-    const S = srcIds.length;
+    const B = rows.length;
+    const S = Math.max(...rows.map((row) => row.length));
     const budget = Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
     const int32 = (value) => new Tensor("int32", Int32Array.of(value), [1]);
     const float32 = (value) => new Tensor("float32", Float32Array.of(value), [1]);
-    const mask = Int32Array.from(srcIds, (id) => (id !== this.model.pad_id ? 1 : 0));
+    const ids = new Int32Array(B * S).fill(this.model.pad_id);
+    rows.forEach((row, r) => ids.set(row, r * S));
+    const mask = Int32Array.from(ids, (id) => (id !== this.model.pad_id ? 1 : 0));
     const result = await this.searchGraph.run({
-      input_ids: new Tensor("int32", Int32Array.from(srcIds), [1, S]),
-      attention_mask: new Tensor("int32", mask, [1, S]),
+      input_ids: new Tensor("int32", ids, [B, S]),
+      attention_mask: new Tensor("int32", mask, [B, S]),
       max_length: int32(budget + 1), // the leading <s> counts
       min_length: int32(0),
       num_beams: int32(beams),
@@ -254,35 +260,51 @@ export class Bundle {
       length_penalty: float32(lengthPenalty),
       repetition_penalty: float32(1.0),
     });
-    // sequences int32 [1, beams, T]: <s>, the tokens, then -1 (</s> left out). onnxruntime
+    // sequences int32 [B, beams, T]: <s>, the tokens, then -1 (</s> left out). onnxruntime
     // scores a hypothesis still open at the budget with one length unit more than a finished
     // one; rescore every hypothesis as runtime/graph_search.py does and keep the best.
-    const sequences = result.sequences;
+    const { data, dims } = result.sequences;
     const scores = result.sequences_scores.data;
-    const T = sequences.dims[2];
-    let best = null;
-    for (let r = 0; r < beams; r++) {
-      const tokens = [];
-      for (let t = 1; t < T; t++) {
-        const id = sequences.data[r * T + t];
-        if (id === -1) break;
-        tokens.push(id);
+    const T = dims[2];
+    return rows.map((_, b) => {
+      let best = null;
+      for (let r = 0; r < beams; r++) {
+        const offset = (b * beams + r) * T;
+        const tokens = [];
+        for (let t = 1; t < T && data[offset + t] !== -1; t++) tokens.push(data[offset + t]);
+        const finished = tokens.length < budget ? 1 : 0;
+        const logprob = scores[b * beams + r] * (tokens.length + 1) ** lengthPenalty;
+        const score = logprob / Math.max(tokens.length + finished, 1) ** lengthPenalty;
+        if (best === null || score > best.score) best = { tokens, score };
       }
-      const finished = tokens.length < budget ? 1 : 0;
-      const logprob = scores[r] * (tokens.length + 1) ** lengthPenalty;
-      const score = logprob / Math.max(tokens.length + finished, 1) ** lengthPenalty;
-      if (best === null || score > best.score) best = { tokens, score };
-    }
-    return best.tokens;
+      return best.tokens;
+    });
   }
 
   /**
-   * The output text of one input from the one-graph search variant (greedy by default,
-   * beam search with `beams` > 1), as `edgeseq generate --search graph` gives it; an empty
-   * input gives "" without running.
+   * Outputs from the one-graph search variant, as `edgeseq generate --search graph` gives
+   * them: greedy by default, beam search with `beams` > 1. `texts` is one text (-> its
+   * output) or an array (-> an array of outputs, in order), run as the CLI runs its input
+   * lines: chunks of `batchSize` in input order, each chunk's non-empty texts one batch sorted
+   * by length (with int8 graphs the batch can change a near-tied output, so the same batches
+   * give the same outputs). An empty text gives "" without running.
    */
-  async generateInGraph(text, options = {}) {
-    if (!text) return "";
-    return this.target.decode(await this.searchIds(this.encode(text), options));
+  async generateInGraph(texts, { batchSize = 32, ...options } = {}) {
+    if (!Array.isArray(texts)) return (await this.generateInGraph([texts], options))[0];
+    const sources = texts.map((text) => (text ? this.encode(text) : null));
+    const out = texts.map(() => "");
+    for (let start = 0; start < texts.length; start += batchSize) {
+      const todo = [];
+      for (let i = start; i < Math.min(start + batchSize, texts.length); i++) {
+        if (sources[i]) todo.push(i);
+      }
+      if (todo.length === 0) continue;
+      todo.sort((a, b) => sources[a].length - sources[b].length); // stable, like sorted()
+      const best = await this.searchIds(todo.map((i) => sources[i]), options);
+      todo.forEach((i, k) => {
+        out[i] = this.target.decode(best[k]);
+      });
+    }
+    return out;
   }
 }

@@ -1,7 +1,7 @@
 // Run runtime/web/ in Debian's headless Chromium and write its outputs for a words file.
 //
 //   node scripts/edge/browser_check.mjs --bundle bundles/g2p-en --words words.txt \
-//     --out OUT_DIR [--variant fp32] [--search loop|graph] [--beams N]
+//     --out OUT_DIR [--variant fp32] [--search loop|graph] [--beams N] [--batch-size N]
 //     [--screenshot docs/edge-demo.png] [--word quokka]
 //
 // Serves runtime/web/ at http://127.0.0.1:PORT/ with onnxruntime-web's dist/ as ort/ and the
@@ -10,7 +10,8 @@
 // words file in the page with the page's own Bundle, writes OUT_DIR/browser-V.txt (one output
 // line per input line) and OUT_DIR/browser-V.seconds, and optionally types --word into the
 // page and saves a screenshot. With --search graph the page loads the variant's one-graph
-// search file instead and runs bundle.generateInGraph(word, {beams}); the files are then
+// search file instead and runs bundle.generateInGraph(lines, {beams, batchSize}), batched as
+// `edgeseq generate --batch-size N` batches (default 32); the files are then
 // OUT_DIR/browser-search-V.txt and .seconds. Exit status: 0 done, 1 failed, 2 bad arguments
 // or missing tools, 3 onnxruntime-web cannot load the graph (the message says why, e.g. an
 // operator its wasm build lacks). Node modules come from $EDGESEQ_NODE_MODULES, else
@@ -35,11 +36,14 @@ const { values: args } = parseArgs({
     word: { type: "string", default: "quokka" },
     search: { type: "string", default: "loop" },
     beams: { type: "string", default: "1" },
+    "batch-size": { type: "string", default: "32" },
   },
 });
 if (!["loop", "graph"].includes(args.search)) fail(`--search is ${args.search}; use loop or graph`);
 const beams = Number.parseInt(args.beams, 10);
 if (!(beams >= 1)) fail(`--beams is ${args.beams}; use a positive integer`);
+const batchSize = Number.parseInt(args["batch-size"], 10);
+if (!(batchSize >= 1)) fail(`--batch-size is ${args["batch-size"]}; use a positive integer`);
 const label = args.search === "graph" ? `search-${args.variant}` : args.variant;
 for (const name of ["bundle", "words", "out"]) {
   if (!args[name]) fail(`--${name} is required (see the comment at the top of this file)`);
@@ -113,12 +117,19 @@ try {
   }
   const started = Date.now();
   const outputs = await page.evaluate(
-    async (texts, inGraph, beams) => {
+    async (texts, inGraph, options) => {
       const { bundle } = window.edgeseq;
+      if (inGraph) {
+        try {
+          return await bundle.generateInGraph(texts, options);
+        } catch (err) {
+          return texts.map(() => `error: ${err.message}`);
+        }
+      }
       const out = [];
       for (const text of texts) {
         try {
-          out.push(await (inGraph ? bundle.generateInGraph(text, { beams }) : bundle.generate(text)));
+          out.push(await bundle.generate(text));
         } catch (err) {
           out.push(`error: ${err.message}`);
         }
@@ -127,7 +138,7 @@ try {
     },
     lines,
     args.search === "graph",
-    beams,
+    { beams, batchSize },
   );
   const seconds = (Date.now() - started) / 1000;
   mkdirSync(args.out, { recursive: true });
