@@ -77,8 +77,10 @@ function ioNames(config, graph, side) {
 
 export class Bundle {
   /**
-   * Fetch and check a bundle and open its two graphs of `variant` (default "fp32").
-   * `ort` is the onnxruntime-web module; `baseUrl` the bundle directory's URL.
+   * Fetch and check a bundle and open the graphs of `variant` (default "fp32"): its two
+   * graphs for generate() with `search` "loop" (the default), its one-graph search file for
+   * generateInGraph() with "graph", all three with "both". `ort` is the onnxruntime-web
+   * module; `baseUrl` the bundle directory's URL.
    */
   static async load(ort, baseUrl, { variant = "fp32", search = "loop", sessionOptions = {} } = {}) {
     if (!SEARCH_MODES.includes(search)) {
