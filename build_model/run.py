@@ -15,6 +15,7 @@ from edgeseq.runtime.errors import CheckpointError, ConfigError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .checkpoint import load_checkpoint, read_meta
+from .lm import build_transformer
 from .model import Seq2SeqTransformer
 from .recipe import Recipe
 from .tasks import Task, load_task
@@ -52,7 +53,7 @@ def new_run(
             raise ConfigError("a new run needs a task (or --init-from a checkpoint)")
         tokenizers = task.build_tokenizers()
         cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
-        return Seq2SeqTransformer(cfg.validate()), tokenizers, state, task
+        return build_transformer(cfg.validate()), tokenizers, state, task
     model, tokenizers, meta = load_checkpoint(init_from)
     if task is not None and task.describe() != meta.task:
         raise ConfigError(f"the task differs from the one {init_from} was trained on ({meta.task})")
