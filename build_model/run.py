@@ -52,6 +52,7 @@ def new_run(
         if task is None:
             raise ConfigError("a new run needs a task (or --init-from a checkpoint)")
         tokenizers = task.build_tokenizers()
+        check_architecture(task, recipe)
         cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
         return build_transformer(cfg.validate()), tokenizers, state, task
     model, tokenizers, meta = load_checkpoint(init_from)
@@ -61,6 +62,19 @@ def new_run(
     set_dropout(model, recipe.model.get("dropout", model.cfg.dropout))
     task = task or load_task(meta.task["name"], **meta.task["options"])
     return model, tokenizers, state, task
+
+
+def check_architecture(task: Task, recipe: Recipe) -> None:
+    """ConfigError when the recipe's architecture cannot train `task`."""
+    from .lm_tasks import TASK_ARCHITECTURE
+
+    want = TASK_ARCHITECTURE.get(task.name, "encoder-decoder")
+    got = recipe.model.get("architecture", "encoder-decoder")
+    if got != want:
+        raise ConfigError(
+            f"task {task.name} trains a {want} model but the recipe's architecture is {got}; "
+            f'set "architecture": "{want}" in the recipe (see models/recipes/)'
+        )
 
 
 def check_shape(recipe: Recipe, cfg: ModelConfig, what: str) -> None:

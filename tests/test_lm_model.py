@@ -131,3 +131,23 @@ def test_config_architecture_field_is_validated_and_defaults() -> None:
         ModelConfig(VOCAB, VOCAB + 1, architecture="decoder-only").validate()
     with pytest.raises(ConfigError, match="tie_output"):
         ModelConfig(VOCAB, 7, architecture="encoder-only", tie_output=True).validate()
+
+
+def test_stress_label_counts_vowels_and_caps() -> None:
+    from edgeseq.build_model.lm_tasks import stress_label
+
+    assert stress_label("F OW1 T AH0 G R AE2 F") == "1"
+    assert stress_label("F AH0 T AA1 G R AH0 F IY0") == "2"
+    assert stress_label("AH0 B AH0 K AH0 D AH0 B R AA1") == "5"
+    assert stress_label("DH AH0") is None
+
+
+def test_recipe_architecture_must_fit_the_task(tmp_path) -> None:
+    from edgeseq.build_model.recipe import Recipe
+    from edgeseq.build_model.run import check_architecture
+    from edgeseq.build_model.tasks import Task
+
+    words = Task("words", {}, [("ph", "photo")], [], [], "char", "char", shared_vocab=True)
+    with pytest.raises(ConfigError, match='"architecture": "decoder-only"'):
+        check_architecture(words, Recipe.from_dict({"d_model": 32}))
+    check_architecture(words, Recipe.from_dict({"architecture": "decoder-only"}))
