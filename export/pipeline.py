@@ -64,6 +64,13 @@ def export_checkpoint(
     held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
     if held is not None and held.warning:
         say(f"warning: {held.warning}")
+    if model.cfg.architecture != "encoder-decoder":  # GPT or BERT: one graph
+        from .lm_bundle import export_lm_bundle
+
+        return export_lm_bundle(
+            model, tokenizers, out, task=meta.task, held=held, opset=opset, force=force,
+            verify=verify, variants=variants, progress=say,
+        )  # fmt: skip
     return export_bundle(
         model,
         tokenizers,
