@@ -138,7 +138,7 @@ def test_parity_catches_another_model(gpt_case: dict[str, Any]) -> None:
 
 def test_onnxruntime_genai_runs_the_bundle_as_is(gpt_case: dict[str, Any]) -> None:
     og = pytest.importorskip(
-        "onnxruntime_genai", reason="onnxruntime-genai not installed (pip install edgeseq[genai])"
+        "onnxruntime_genai", reason="onnxruntime-genai not installed (make test installs it)"
     )
     from edgeseq.build_model.checkpoint import load_checkpoint
     from edgeseq.export.lm_parity import greedy_loop, session_run
