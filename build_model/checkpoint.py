@@ -313,6 +313,10 @@ def grow_checkpoint(
     _refuse_to_replace(out)
     model, tokenizers, meta = load_checkpoint(path)
     old = model.cfg
+    if old.architecture != "encoder-decoder":
+        raise ConfigError(
+            f"growing supports encoder-decoder checkpoints; {path} is {old.architecture}"
+        )
     n_encoder_layers = n_encoder_layers or old.n_encoder_layers
     n_decoder_layers = n_decoder_layers or old.n_decoder_layers
     d_ff = d_ff or old.d_ff

@@ -27,7 +27,7 @@ from edgeseq.build_model.lm import DecoderOnlyTransformer, EncoderOnlyTransforme
 from edgeseq.runtime import constants as C
 from edgeseq.runtime import lm_constants as L
 from edgeseq.runtime.atomic import atomic_directory
-from edgeseq.runtime.errors import OptionsError
+from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.providers import session_options
 from edgeseq.runtime.tokenizer import TokenizerPair
@@ -261,3 +261,32 @@ def export_lm_bundle(
         manifest = write_manifest(tmp, manifest)
     say(f"wrote {out}")
     return manifest
+
+
+def verify_lm_bundle(
+    bundle: Path,
+    manifest: dict[str, Any],
+    model: LMModel,
+    held: HeldOut,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Parity levels 1-3 of a GPT or BERT bundle's fp32 graph (checksums already checked)
+    against `model`; ParityError when a level fails, BundleError for another model's bundle."""
+    say = progress or (lambda _: None)
+    config = json.loads((bundle / C.CONFIG_FILE).read_text(encoding="utf-8"))
+    if config.get("model") != model.cfg.to_dict():
+        raise BundleError(
+            f"{bundle} was exported from a model with another config than the checkpoint; "
+            "pass the checkpoint it was exported from"
+        )
+    say(f"parity levels 1-3 on {len(held.sources)} inputs ({held.description})")
+    graph = bundle / manifest["variants"]["fp32"]["model"]
+    report = run_lm_parity(
+        model,
+        open_run(graph),
+        lm_inputs(model, held),
+        source_description=held.description,
+        texts=held.texts,
+    )
+    check_parity(report)
+    return report

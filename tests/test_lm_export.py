@@ -158,3 +158,21 @@ def test_onnxruntime_genai_runs_the_bundle_as_is(gpt_case: dict[str, Any]) -> No
         got = [t for t in got if t != model.cfg.eos_id]
         (want,), _, _ = greedy_loop(session, model.cfg, [ids], model.cfg.max_len)
         assert got == want, prompt
+
+
+def test_verify_rechecks_parity_and_refuses_a_tampered_bundle(
+    gpt_case: dict[str, Any], tmp_path: Path
+) -> None:
+    import shutil
+
+    from edgeseq.export.pipeline import verify_bundle
+    from edgeseq.runtime.errors import BundleError
+
+    report = verify_bundle(gpt_case["bundle"], gpt_case["run"], inputs=20)
+    assert report["passed"] and report["level3"]["inputs"] == 20
+    copy = tmp_path / "copy"
+    shutil.copytree(gpt_case["bundle"], copy)
+    with (copy / "genai_config.json").open("a") as f:
+        f.write(" ")
+    with pytest.raises(BundleError, match=r"genai_config\.json does not match its sha256"):
+        verify_bundle(copy, gpt_case["run"], inputs=20)
