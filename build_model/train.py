@@ -228,6 +228,7 @@ class Trainer:
             group["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):
             logits = self.model(src, tgt_in)
+        tgt_out = tgt_out[:, : logits.shape[1]]  # a classifier predicts the first target only
         logits = logits.float().reshape(-1, cfg.tgt_vocab_size)  # (B * T, V)
         targets = tgt_out.reshape(-1)  # (B * T,)
         smoothing = recipe.label_smoothing

@@ -19,6 +19,7 @@ from .errors import ConfigError
 POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu")
+ARCHITECTURE_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
@@ -26,7 +27,10 @@ MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len +
 
 @dataclass
 class ModelConfig:
-    """Hyper-parameters of an encoder–decoder Transformer."""
+    """Hyper-parameters of a Transformer: encoder–decoder, decoder-only (GPT) or encoder-only
+    (BERT). A decoder-only model has `n_decoder_layers` blocks and one vocabulary
+    (src_vocab_size == tgt_vocab_size); an encoder-only model has `n_encoder_layers` blocks
+    over src_vocab_size tokens and a classification head over tgt_vocab_size labels."""
 
     src_vocab_size: int  # rows of the source embedding
     tgt_vocab_size: int  # rows of the target embedding = columns of the output projection
@@ -46,6 +50,7 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    architecture: str = "encoder-decoder"  # | "decoder-only" (GPT) | "encoder-only" (BERT)
 
     @property
     def d_head(self) -> int:
@@ -83,11 +88,19 @@ class ModelConfig:
             ("positional", POSITIONAL_CHOICES),
             ("norm", NORM_CHOICES),
             ("activation", ACTIVATION_CHOICES),
+            ("architecture", ARCHITECTURE_CHOICES),
         ):
             if getattr(self, name) not in choices:
                 out.append(
                     f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}"
                 )
+        if self.architecture == "decoder-only" and self.src_vocab_size != self.tgt_vocab_size:
+            out.append(
+                "a decoder-only model has one vocabulary: src_vocab_size "
+                f"({self.src_vocab_size}) must equal tgt_vocab_size ({self.tgt_vocab_size})"
+            )
+        if self.architecture == "encoder-only" and self.tie_output:
+            out.append("tie_output needs a decoder; an encoder-only model's head has labels")
         if not isinstance(self.tie_output, bool):
             out.append(f"tie_output must be true or false, got {self.tie_output!r}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
