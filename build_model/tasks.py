@@ -249,23 +249,37 @@ def synthetic_task(
 
 # -- tsv -----------------------------------------------------------------------------------
 def read_tsv(path: str | Path) -> list[Pair]:
-    """Pairs from `source<TAB>target` lines (empty lines skipped); DataError names file:line."""
+    """Pairs from UTF-8 `source<TAB>target` lines (empty lines skipped); DataError names
+    file:line for a malformed line or bytes that are not UTF-8."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"corpus {path} is a directory; pass a source<TAB>target file")
     if not path.is_file():
         raise DataError(f"corpus {path} does not exist; pass a source<TAB>target file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DataError(f"cannot read corpus {path}: {exc.strerror or exc}") from None
     pairs: list[Pair] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            line = line.rstrip("\r\n")
-            if not line:
-                continue
-            fields = line.split("\t")
-            if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
-                raise DataError(
-                    f"{path}:{number}: expected 'source<TAB>target' with both sides non-empty, "
-                    f"got {line[:80]!r}; fix or remove that line"
-                )
-            pairs.append((fields[0], fields[1]))
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"{path}:{number}: not valid UTF-8 (byte {raw[exc.start]:#04x} at column "
+                f"{exc.start + 1}); convert the corpus to UTF-8, e.g. with iconv"
+            ) from None
+        if number == 1:
+            line = line.removeprefix("\ufeff")
+        if not line:
+            continue
+        fields = line.split("\t")
+        if len(fields) != 2 or not fields[0].strip() or not fields[1].strip():
+            raise DataError(
+                f"{path}:{number}: expected 'source<TAB>target' with both sides non-empty, "
+                f"got {line[:80]!r}; fix or remove that line"
+            )
+        pairs.append((fields[0], fields[1]))
     if not pairs:
         raise DataError(f"corpus {path} has no source<TAB>target lines")
     return pairs

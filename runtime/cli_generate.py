@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from .errors import InputTooLongError
+from .errors import InputTooLongError, PathError
 from .generator import Generator, Result, Source
 from .graph_search import SEARCH_MODES
 from .progress import progress_bar
@@ -94,7 +94,16 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None) -> list[InputLin
         stdin = sys.stdin
         data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
     else:
-        data = Path(input_file).read_bytes()
+        path = Path(input_file)
+        if path.is_dir():
+            raise PathError(f"--input {input_file} is a directory; pass a file of input lines")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise PathError(
+                f"cannot read --input {input_file}: {exc.strerror or exc}; "
+                "pass a readable file of input lines (- for stdin)"
+            ) from None
     return [InputLine("line", n, t, r) for n, (t, r) in enumerate(split_lines(data), start=1)]
 
 

@@ -20,6 +20,11 @@ class DataError(EdgeseqError):
     """A task or corpus cannot be read (missing file, malformed line, unknown task)."""
 
 
+class PathError(EdgeseqError):
+    """A file or directory named by the user cannot be read or written (missing, a directory
+    where a file is expected, below a regular file, no permission, a read-only disk)."""
+
+
 class CheckpointError(EdgeseqError):
     """A checkpoint directory is missing, incomplete or inconsistent."""
 
