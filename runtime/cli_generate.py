@@ -156,7 +156,9 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
 @click.option(
     "--input", "input_file", metavar="FILE", help="Read input lines from FILE (- = stdin)."
 )
-@click.option("--beam", type=int, default=1, show_default=True, help="Beam size (1: greedy).")
+@click.option(
+    "--beam", type=int, default=1, show_default=True, help="Beam size (1: greedy; at most 64)."
+)
 @click.option(
     "--n-best",
     type=int,

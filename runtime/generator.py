@@ -221,8 +221,9 @@ class Generator:
         graph = self.graph_search if self.uses_graph(options) else None
         order = sorted(range(len(sources)), key=lambda i: len(sources[i].ids))
         results: list[Result | None] = [None] * len(sources)
-        for start in range(0, len(order), options.batch_size):
-            rows = order[start : start + options.batch_size]
+        per_batch = options.rows_per_batch  # batch_size, or fewer rows for a wide beam
+        for start in range(0, len(order), per_batch):
+            rows = order[start : start + per_batch]
             batch = [sources[i] for i in rows]
             rngs = row_rngs(options, [s.sample_key for s in batch]) if options.sample else None
             if graph is not None:

@@ -15,6 +15,7 @@ length = tokens + 1 for `</s>` when finished. Beam search ranks by `score`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -22,6 +23,12 @@ import numpy as np
 
 from .errors import InputTooLongError, OptionsError
 from .step import StepModel
+
+# Bounds on what one call may hold in memory: hypotheses per input, and hypotheses alive at
+# once (batch rows x beam); `Generator.generate` splits a batch to stay under the second.
+MAX_BEAM_SIZE = 64
+MAX_LIVE_HYPOTHESES = 512
+MAX_LENGTH_PENALTY = 10  # |length_penalty|: beyond it length ** penalty overflows or vanishes
 
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
 Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -57,18 +64,25 @@ class GenerationOptions:
         for name in ("beam_size", "n_best", "batch_size"):
             if not _positive_int(getattr(self, name)):
                 out.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if _positive_int(self.beam_size) and self.beam_size > MAX_BEAM_SIZE:
+            out.append(
+                f"beam_size {self.beam_size} is above the limit of {MAX_BEAM_SIZE} (memory and "
+                "time grow with it; beams above ~10 rarely change the best output): use a "
+                "smaller beam"
+            )
         both = _positive_int(self.n_best) and _positive_int(self.beam_size)
         if both and self.n_best > self.beam_size:
             out.append(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
-        if not isinstance(self.length_penalty, (int, float)) or not np.isfinite(
-            self.length_penalty
-        ):
-            out.append(f"length_penalty must be a finite number, got {self.length_penalty!r}")
-        if not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < np.inf:
+        if not _finite(self.length_penalty) or abs(self.length_penalty) > MAX_LENGTH_PENALTY:
+            out.append(
+                f"length_penalty must be a finite number in [-{MAX_LENGTH_PENALTY}, "
+                f"{MAX_LENGTH_PENALTY}] (usual: 0.6 to 2), got {self.length_penalty!r}"
+            )
+        if not _finite(self.temperature) or not self.temperature > 0:
             out.append(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             out.append(f"top_k must be an integer >= 0 (0: no limit), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+        if not _finite(self.top_p) or not 0.0 < self.top_p <= 1.0:
             out.append(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             out.append(f"seed must be a non-negative integer, got {self.seed!r}")
@@ -86,6 +100,12 @@ class GenerationOptions:
         return out
 
     @property
+    def rows_per_batch(self) -> int:
+        """Inputs per engine batch: batch_size, lowered so that rows x beam_size stays within
+        MAX_LIVE_HYPOTHESES (splitting a batch does not change fp32 results)."""
+        return max(1, min(self.batch_size, MAX_LIVE_HYPOTHESES // self.beam_size))
+
+    @property
     def method(self) -> str:
         """ "beam", "sample" or "greedy"."""
         if self.beam_size > 1:
@@ -95,6 +115,13 @@ class GenerationOptions:
 
 def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _finite(value: object) -> bool:
+    """A finite int or float (not a bool, NaN or infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 @dataclass(frozen=True)
