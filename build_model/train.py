@@ -37,13 +37,14 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .batching import collate
 from .checkpoint import restore_training, save_checkpoint
+from .coverage import training_examples
 from .distill import distillation_loss, load_teachers, teacher_logits
 from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
 from .precision import warn_if_bf16_slow
 from .recipe import SCHEDULES, Recipe
 from .run import new_run, resumed_run
-from .tasks import Task, encode_pairs, make_batches
+from .tasks import Task, make_batches
 
 
 def learning_rate(
@@ -159,7 +160,8 @@ class Trainer:
         self.out, self.state, self.epochs, self.progress = out, state, epochs, progress
         betas, eps = (0.9, 0.98), 1e-9
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps)
-        self.examples, dropped = encode_pairs(task.train, tokenizers, model.cfg.max_len)
+        # DataError when nothing fits or dev is empty; a warning counts pairs left out
+        self.examples, dropped = training_examples(task, tokenizers, model.cfg.max_len)
         self.lengths = [(len(s) + 1, len(t) + 1) for s, t in self.examples]
         self.steps = self.tokens = 0  # in this call
         self.train_s = 0.0  # seconds spent in training steps (evaluation excluded)
