@@ -75,8 +75,8 @@ class GenerationOptions:
             out.append(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
         if not _finite(self.length_penalty) or abs(self.length_penalty) > MAX_LENGTH_PENALTY:
             out.append(
-                f"length_penalty must be a finite number in [-{MAX_LENGTH_PENALTY}, "
-                f"{MAX_LENGTH_PENALTY}] (usual: 0.6 to 2), got {self.length_penalty!r}"
+                f"length_penalty must be a finite number, got {self.length_penalty!r}; use one "
+                f"in [-{MAX_LENGTH_PENALTY}, {MAX_LENGTH_PENALTY}] (usual: 0.6 to 2)"
             )
         if not _finite(self.temperature) or not self.temperature > 0:
             out.append(f"temperature must be a finite number > 0, got {self.temperature!r}")
