@@ -32,6 +32,7 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from edgeseq.runtime.atomic import check_writable
 from edgeseq.runtime.errors import ConfigError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
@@ -324,7 +325,7 @@ class _Log:
     """Appends one JSON object per line, with wall-clock time."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(path)  # PathError naming the cause; creates the run directory
         self.path = path
 
     def write(self, **record: Any) -> None:

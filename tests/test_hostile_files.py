@@ -67,6 +67,24 @@ def test_check_writable_names_the_blocking_file(tmp_path: Path) -> None:
     assert list((tmp_path / "new").iterdir()) == []
 
 
+def test_train_out_below_a_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "afile").write_text("")
+    corpus = tmp_path / "pairs.tsv"
+    words = [a + b + c for a in "abcdef" for b in "abcdef" for c in "abcdef"]
+    corpus.write_text("".join(f"{w}\t{w[::-1]}\n" for w in words))
+    recipe = Path(__file__).resolve().parents[1] / "models" / "recipes" / "tiny.json"
+    result = edgeseq(
+        "train", "--task", "tsv", "--data", str(corpus), "--recipe", str(recipe),
+        "--out", str(tmp_path / "afile" / "run"), "--threads", "1", "--quiet",
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    progress, error = result.stderr.strip().splitlines()  # "task tsv: 192 train, ..." first
+    assert progress.startswith("task tsv: ")
+    assert error.startswith("error: cannot write ") and error.endswith(
+        "afile is a file, not a directory; choose another output path"
+    )
+
+
 @pytest.mark.skipif(AS_ROOT, reason="root writes into read-only directories")
 def test_export_out_in_a_read_only_directory(tmp_path: Path) -> None:
     locked = tmp_path / "locked"
