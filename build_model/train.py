@@ -325,7 +325,7 @@ class _Log:
     """Appends one JSON object per line, with wall-clock time."""
 
     def __init__(self, path: Path) -> None:
-        check_writable(path)  # PathError naming the cause; creates the run directory
+        check_writable(path)  # OutputPathError naming the cause; creates the run directory
         self.path = path
 
     def write(self, **record: Any) -> None:

@@ -142,10 +142,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
-    except OSError as exc:  # a file system error that no command turned into an EdgeseqError
-        where = f": {exc.filename}" if exc.filename else ""
-        reason = f"{exc.strerror or exc}{where}"
-        click.echo(f"error: {reason}; check the path and its permissions", err=True)
+    except OSError as exc:  # a file or directory the command was pointed at
+        where = f" ({exc.filename})" if exc.filename else ""
+        click.echo(f"error: {exc.strerror or exc}{where}; check the path and permissions", err=True)
         sys.exit(1)
 
 

@@ -11,13 +11,14 @@ killed mid-write leaves its temporary directory behind: the next write to the sa
 deletes every such sibling whose process is gone (or is a zombie).
 
 A target that cannot be written (below a regular file, in a read-only or unwritable
-directory) raises `PathError` before anything is written; `check_writable` runs the same
-checks up front, before slow work such as an export.
+directory) raises `OutputPathError` before anything is written; `check_writable` runs the
+same checks up front, before slow work such as an export.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
@@ -25,7 +26,7 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-from .errors import PathError
+from .errors import OutputPathError
 
 _TEMP = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]+")
 
@@ -44,43 +45,6 @@ def _alive(pid: int) -> bool:
     except OSError:  # the process just ended, or no /proc (macOS): then os.kill's answer stands
         return not Path("/proc").is_dir()
     return stat.rpartition(")")[2].split()[:1] != ["Z"]
-
-
-def _make_parent(target: Path) -> None:
-    """Create `target`'s parent directories, or raise PathError saying why they cannot be."""
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        blocker = next((p for p in target.parents if p.exists() and not p.is_dir()), None)
-        if blocker is not None:
-            raise PathError(
-                f"cannot write {target}: {blocker} is a file, not a directory; "
-                "choose another output path"
-            ) from None
-        raise PathError(
-            f"cannot create {target.parent}: {exc.strerror or exc}; choose a writable output path"
-        ) from None
-
-
-def _make_temporary(target: Path) -> Path:
-    """Create and return an empty temporary sibling of `target` (PathError if impossible)."""
-    tmp = _sibling(target, "tmp")
-    try:
-        tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
-    except OSError as exc:
-        raise PathError(
-            f"cannot write {target}: {target.parent} is not writable ({exc.strerror or exc}); "
-            "choose another output path or make that directory writable"
-        ) from None
-    return tmp
-
-
-def check_writable(target: str | Path) -> None:
-    """Raise PathError unless `atomic_directory(target)` could write there: its parent can be
-    created and holds a new directory. Nothing is left behind."""
-    target = Path(target)
-    _make_parent(target)
-    _make_temporary(target).rmdir()
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:
@@ -105,8 +69,31 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _why(target: Path, exc: OSError) -> str:
+    """The reason `target` cannot be created, with what to do."""
+    for parent in target.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"{parent} is a file, not a directory; choose another path"
+    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EROFS):
+        return f"{exc.strerror} in {target.parent}; choose a directory you can write to"
+    return f"{exc.strerror or exc}; choose another path"
+
+
 def _sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def check_writable(target: str | Path) -> None:
+    """Raise OutputPathError unless `atomic_directory(target)` could write there: its parent
+    can be created and holds a new directory. Leaves only the created parent behind."""
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        probe = _sibling(target, "tmp")
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {target}: {_why(target, exc)}") from None
 
 
 @contextlib.contextmanager
@@ -114,9 +101,13 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     """Yield an empty temporary directory that replaces `target` when the block succeeds
     and is deleted when it raises (see the module docstring)."""
     target = Path(target)
-    _make_parent(target)
-    remove_stale_temporaries(target)
-    tmp = _make_temporary(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
+        tmp = _sibling(target, "tmp")
+        tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {target}: {_why(target, exc)}") from None
     try:
         yield tmp
     except BaseException:

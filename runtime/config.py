@@ -21,6 +21,9 @@ NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu")
 
 
+MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
+
+
 @dataclass
 class ModelConfig:
     """Hyper-parameters of an encoder–decoder Transformer."""
@@ -56,6 +59,11 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 out.append(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(self.max_len, int) and 0 < self.max_len < MIN_MAX_LEN:
+            out.append(
+                f"max_len must be at least {MIN_MAX_LEN} (<s>, a token or two and </s>; the "
+                f"export traces 2 cached + 2 new positions), got {self.max_len}"
+            )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -20,11 +20,6 @@ class DataError(EdgeseqError):
     """A task or corpus cannot be read (missing file, malformed line, unknown task)."""
 
 
-class PathError(EdgeseqError):
-    """A file or directory named by the user cannot be read or written (missing, a directory
-    where a file is expected, below a regular file, no permission, a read-only disk)."""
-
-
 class CheckpointError(EdgeseqError):
     """A checkpoint directory is missing, incomplete or inconsistent."""
 
@@ -55,3 +50,11 @@ class ParityError(EdgeseqError):
 
 class MissingDependencyError(EdgeseqError):
     """A command needs an optional dependency (torch, onnx) that is not installed."""
+
+
+class InputFileError(EdgeseqError):
+    """An input file that is missing, a directory or unreadable."""
+
+
+class OutputPathError(EdgeseqError):
+    """An output path that cannot be written (below a file, read-only, no permission)."""

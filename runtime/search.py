@@ -24,14 +24,14 @@ import numpy as np
 from .errors import InputTooLongError, OptionsError
 from .step import StepModel
 
-# Bounds on what one call may hold in memory: hypotheses per input, and hypotheses alive at
-# once (batch rows x beam); `Generator.generate` splits a batch to stay under the second.
-MAX_BEAM_SIZE = 64
-MAX_LIVE_HYPOTHESES = 512
-MAX_LENGTH_PENALTY = 10  # |length_penalty|: beyond it length ** penalty overflows or vanishes
-
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
 Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+# Bounds on what one generate call may hold in memory: each live hypothesis carries its own
+# self-attention cache, so beam_size x batch_size hypotheses grow with both.
+MAX_BEAM = 128
+MAX_HYPOTHESES = 4096  # beam_size * batch_size
+MAX_LENGTH_PENALTY = 10  # |length_penalty|: beyond it length ** penalty overflows or vanishes
 
 
 @dataclass(frozen=True)
@@ -47,7 +47,7 @@ class GenerationOptions:
     top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
     top_p: float = 1.0  # sampling: keep the smallest set with probability >= top_p, (0, 1]
     seed: int | None = None  # sampling: same seed + same input -> same output
-    batch_size: int = 32  # inputs per engine batch (does not change results)
+    batch_size: int = 32  # inputs per engine batch, in input order (int8: may change results)
     truncate: bool = False  # cut over-long sources to max_len instead of raising
 
     def __post_init__(self) -> None:
@@ -64,15 +64,20 @@ class GenerationOptions:
         for name in ("beam_size", "n_best", "batch_size"):
             if not _positive_int(getattr(self, name)):
                 out.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if _positive_int(self.beam_size) and self.beam_size > MAX_BEAM_SIZE:
-            out.append(
-                f"beam_size {self.beam_size} is above the limit of {MAX_BEAM_SIZE} (memory and "
-                "time grow with it; beams above ~10 rarely change the best output): use a "
-                "smaller beam"
-            )
         both = _positive_int(self.n_best) and _positive_int(self.beam_size)
         if both and self.n_best > self.beam_size:
             out.append(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
+        if _positive_int(self.beam_size) and self.beam_size > MAX_BEAM:
+            out.append(f"beam_size {self.beam_size} is above the limit of {MAX_BEAM}: use less")
+        elif _positive_int(self.beam_size) and _positive_int(self.batch_size):
+            held = self.beam_size * self.batch_size
+            if held > MAX_HYPOTHESES:
+                fits = max(1, MAX_HYPOTHESES // self.beam_size)
+                out.append(
+                    f"beam_size x batch_size is {held} hypotheses held at once, at most "
+                    f"{MAX_HYPOTHESES}: lower batch_size to {fits} or less for beam_size "
+                    f"{self.beam_size}"
+                )
         if not _finite(self.length_penalty) or abs(self.length_penalty) > MAX_LENGTH_PENALTY:
             out.append(
                 f"length_penalty must be a finite number, got {self.length_penalty!r}; use one "
@@ -98,12 +103,6 @@ class GenerationOptions:
             if changed:
                 out.append(f"{', '.join(changed)} only apply with sample=True")
         return out
-
-    @property
-    def rows_per_batch(self) -> int:
-        """Inputs per engine batch: batch_size, lowered so that rows x beam_size stays within
-        MAX_LIVE_HYPOTHESES (splitting a batch does not change fp32 results)."""
-        return max(1, min(self.batch_size, MAX_LIVE_HYPOTHESES // self.beam_size))
 
     @property
     def method(self) -> str:

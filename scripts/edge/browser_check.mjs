@@ -38,7 +38,8 @@ function fail(message) {
   process.exit(2);
 }
 
-const modules = path.resolve(process.env.EDGESEQ_NODE_MODULES ?? `${repo}/.edge-cache/npm/node_modules`);
+const cache = process.env.EDGESEQ_EDGE_CACHE ?? `${repo}/.edge-cache`;
+const modules = path.resolve(process.env.EDGESEQ_NODE_MODULES ?? `${cache}/npm/node_modules`);
 const require = createRequire(path.join(modules, "noop.js"));
 let puppeteer;
 try {

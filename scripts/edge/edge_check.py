@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", type=int, default=240, help="test words (default 240)")
     parser.add_argument("--targets", default="arm64,browser", help="arm64, browser or both")
     parser.add_argument("--variants", default="fp32,int8", help="bundle variants to run")
-    parser.add_argument("--out", type=Path, default=REPO / ".edge-cache" / "out")
+    cache = Path(os.environ.get("EDGESEQ_EDGE_CACHE") or REPO / ".edge-cache")
+    parser.add_argument("--out", type=Path, default=cache / "out")
     parser.add_argument("--screenshot", help="save the demo page's screenshot here (PNG)")
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
