@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.atomic import check_writable
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import check_files, read_manifest
@@ -70,6 +71,7 @@ def export_checkpoint(
     only), each non-fp32 one gated on the same held-out inputs; return the manifest."""
     say = progress or (lambda _: None)
     refuse_existing(out, force)  # before the slow steps
+    check_writable(out)
     model, tokenizers, meta = _load(checkpoint, say)
     held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
     if held is not None and held.warning:
