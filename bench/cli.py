@@ -19,11 +19,12 @@ from pathlib import Path
 
 import click
 
-from edgeseq.runtime.bundle import load_bundle
-from edgeseq.runtime.errors import MissingDependencyError
+from edgeseq.runtime.bundle import Bundle, load_bundle
+from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.providers import OPTIMIZATION_LEVELS, PROVIDER_CHOICES
 
 from .compare import run_benchmark
+from .lm import bench_lm, lm_markdown
 from .report import markdown_report, plot_report
 from .sources import benchmark_sources
 from .timing import BenchSpec
@@ -102,6 +103,16 @@ def bench(
         click.echo(f"warning: {warning}", err=True)
     spec = BenchSpec(sources, sizes, repeats, threads, max_new_tokens, beam).check()
     spec.options(max(sizes))  # raise OptionsError now for impossible search options
+    if loaded.architecture != "encoder-decoder":
+        if plot_path is not None:
+            raise OptionsError("--plot draws encoder-decoder reports only; use --json")
+        report = _bench_one_graph(
+            loaded, spec, checkpoint, variants, provider, optimization, described
+        )
+        if json_path is not None:
+            text = json.dumps(report, indent=2, sort_keys=True) + "\n"
+            json_path.write_text(text, encoding="utf-8")
+        return
     report = run_benchmark(
         bundle, spec, checkpoint, variants or None, provider, optimization, described, rounds,
         progress=lambda message: click.echo(f"measuring {message}", err=True),
@@ -111,3 +122,26 @@ def bench(
         json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if plot_path is not None:
         plot_report(report, plot_path)
+
+
+def _bench_one_graph(
+    loaded: Bundle,
+    spec: BenchSpec,
+    checkpoint: Path | None,
+    variants: tuple[str, ...],
+    provider: str,
+    optimization: str,
+    described: str,
+) -> dict:
+    """`edgeseq bench` of a GPT or BERT bundle (bench/lm.py): print the table, return the
+    report."""
+    if checkpoint is not None:
+        raise OptionsError("--checkpoint compares PyTorch on encoder-decoder bundles only")
+    if loaded.architecture == "encoder-only" and spec.beam_size > 1:
+        raise OptionsError("a BERT bundle has no search: --beam does not apply")
+    report = bench_lm(
+        loaded, spec, variants or None, provider, optimization, described,
+        progress=lambda message: click.echo(f"measuring {message}", err=True),
+    )  # fmt: skip
+    click.echo(lm_markdown(report), nl=False)
+    return report

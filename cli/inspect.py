@@ -21,6 +21,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.builtin import resolve_bundle
 from edgeseq.runtime.bundle import check_graph_pair, load_bundle
 from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.lm import check_lm_graph
 from edgeseq.runtime.manifest import check_inside, file_status, read_manifest
 from edgeseq.runtime.providers import create_session
 
@@ -72,10 +73,18 @@ def _id(special: dict[str, Any]) -> int:
 
 def _model_line(model: dict[str, Any]) -> str:
     d_head = model["d_model"] // model["n_heads"]
+    architecture = model.get("architecture", "encoder-decoder")
+    if architecture == "decoder-only":
+        layers, vocab = f"GPT, {model['n_decoder_layers']} layers", model["tgt_vocab_size"]
+    elif architecture == "encoder-only":
+        layers = f"BERT, {model['n_encoder_layers']} layers"
+        vocab = f"{model['src_vocab_size']}, {model['tgt_vocab_size']} labels"
+    else:
+        layers = f"{model['n_encoder_layers']}+{model['n_decoder_layers']} layers"
+        vocab = f"{model['src_vocab_size']} -> {model['tgt_vocab_size']}"
     return (
         f"model: d_model {model['d_model']}, {model['n_heads']} heads (d_head {d_head}), "
-        f"{model['n_encoder_layers']}+{model['n_decoder_layers']} layers, d_ff {model['d_ff']}, "
-        f"vocab {model['src_vocab_size']} -> {model['tgt_vocab_size']}, "
+        f"{layers}, d_ff {model['d_ff']}, vocab {vocab}, "
         f"max_len {model['max_len']}, {model['norm']}-norm, {model['positional']} positions, "
         f"{model['activation']}, {'tied' if model['tie_output'] else 'separate'} output"
     )
@@ -123,7 +132,7 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
         info = info if isinstance(info, dict) else {}
         verified = "verified" if info.get("verified") else "not verified"
         lines.append(f"variant {variant} ({verified}):")
-        for graph in ("encoder", "decoder"):
+        for graph in ("encoder", "decoder", "model"):  # "model": a GPT or BERT bundle
             name = info.get(graph)
             if isinstance(name, str) and name not in bad and (path / name).is_file():
                 check_inside(path, name)
@@ -153,8 +162,11 @@ def inspect(bundle: Path) -> None:
 
 def check_bundle(path: str | Path) -> None:
     """The checks of `Generator.load`, for every graph variant: `load_bundle` (manifest,
-    checksums, config, tokenizers) and `check_graph_pair` (graphs against config.json).
-    A BundleError says which failed."""
+    checksums, config, tokenizers) and `check_graph_pair` (graphs against config.json; a
+    GPT or BERT bundle's one graph: `check_lm_graph`). A BundleError says which failed."""
     bundle = load_bundle(path)
-    for variant, (encoder, decoder) in bundle.variants.items():
-        check_graph_pair(bundle, _session(encoder), _session(decoder), variant)
+    for variant, files in bundle.variants.items():
+        if len(files) == 1:
+            check_lm_graph(bundle, _session(files[0]), variant)
+        else:
+            check_graph_pair(bundle, _session(files[0]), _session(files[1]), variant)

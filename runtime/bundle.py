@@ -40,7 +40,8 @@ class Bundle:
     config: ModelConfig
     tokenizers: TokenizerPair
     manifest: dict[str, Any]
-    variants: dict[str, tuple[Path, Path]]  # variant name -> (encoder path, decoder path)
+    # variant name -> (encoder path, decoder path), or (model path,) for a GPT or BERT bundle
+    variants: dict[str, tuple[Path, ...]]
     task: dict[str, Any] | None = None  # what the model was trained on, when recorded
 
     @property
@@ -49,8 +50,12 @@ class Bundle:
         listed (a built-in bundle ships int8 only)."""
         return "fp32" if "fp32" in self.variants else next(iter(self.variants))
 
-    def graphs(self, variant: str = "fp32") -> tuple[Path, Path]:
-        """(encoder path, decoder path) of `variant`, or BundleError listing the variants."""
+    @property
+    def architecture(self) -> str:
+        """The model kind: "encoder-decoder", "decoder-only" (GPT) or "encoder-only" (BERT)."""
+        return self.config.architecture
+
+    def _files(self, variant: str) -> tuple[Path, ...]:
         if variant not in self.variants:
             raise BundleError(
                 f"{self.path} has no variant {variant!r}; it has "
@@ -58,6 +63,23 @@ class Bundle:
                 "edgeseq export --variants fp32,int8,fp16,ort)"
             )
         return self.variants[variant]
+
+    def graphs(self, variant: str = "fp32") -> tuple[Path, Path]:
+        """(encoder path, decoder path) of `variant`, or BundleError listing the variants."""
+        files = self._files(variant)
+        if len(files) != 2:
+            raise BundleError(
+                f"{self.path} is a {self.architecture} bundle with one graph per variant, "
+                "not an encoder and a decoder"
+            )
+        return files[0], files[1]
+
+    def model_graph(self, variant: str = "fp32") -> Path:
+        """The one graph of `variant` in a GPT or BERT bundle (model.onnx, model.int8.onnx)."""
+        files = self._files(variant)
+        if len(files) != 1:
+            raise BundleError(f"{self.path} is an encoder-decoder bundle: it has two graphs")
+        return files[0]
 
 
 def version_key(version: str) -> tuple[int, ...]:
@@ -97,12 +119,15 @@ def _read_config(path: Path) -> dict[str, Any]:
     return data
 
 
-def _variants(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[Path, Path]]:
+def _variants(path: Path, manifest: dict[str, Any]) -> dict[str, tuple[Path, ...]]:
     variants = manifest.get("variants")
     if not isinstance(variants, dict) or not variants:
         raise BundleError(f"{path / C.MANIFEST_FILE} lists no graph variants; re-export")
-    out = {}
+    out: dict[str, tuple[Path, ...]] = {}
     for name, entry in variants.items():
+        if isinstance(entry, dict) and isinstance(entry.get("model"), str):  # GPT or BERT
+            out[name] = (check_inside(path, entry["model"]),)
+            continue
         files = [
             entry.get(graph) if isinstance(entry, dict) else None
             for graph in ("encoder", "decoder")
@@ -145,6 +170,12 @@ def load_bundle(path: str | Path) -> Bundle:
         config = ModelConfig.from_dict(data["model"]).validate()
     except ConfigError as exc:
         raise BundleError(f"{path / C.CONFIG_FILE}: {exc}") from None
+    one_graph = {len(files) == 1 for files in variants.values()}
+    if one_graph != {config.architecture != "encoder-decoder"}:
+        raise BundleError(
+            f"{path}: config.json describes an {config.architecture} model but the manifest's "
+            "variants do not have its graphs; re-export the bundle"
+        )
     tokenizers = _tokenizers(path, data.get("tokenizers") or {}, listed)
     check_tokenizers(path, config, tokenizers)
     return Bundle(path, config, tokenizers, manifest, variants, data.get("task"))

@@ -112,7 +112,7 @@ class Generator:
     def __init__(
         self,
         bundle: Bundle,
-        step_model: StepModel,
+        step_model: StepModel | None,
         device: str = "cpu",
         graph_search: GraphSearch | None = None,
         search_mode: str = "auto",
@@ -147,6 +147,15 @@ class Generator:
                 f"unknown search {search!r}; choose one of {', '.join(SEARCH_MODES)}"
             )
         bundle = load_bundle(bundle_dir)
+        if bundle.architecture != "encoder-decoder":
+            if search == "graph":
+                raise OptionsError(
+                    f"{bundle.path} is a {bundle.architecture} bundle: it has no one-graph "
+                    "search variant (use search 'auto' or 'loop')"
+                )
+            from .lm import load_lm  # lm.py's classes subclass Generator
+
+            return load_lm(bundle, providers, threads, variant, optimization)
         variant = variant or bundle.default_variant
         encoder_path, decoder_path = bundle.graphs(variant)
         encoder, decoder, device = open_sessions(

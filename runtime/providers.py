@@ -249,3 +249,34 @@ def open_sessions(
         create_session(decoder_path, cpu, options),
         "cpu",
     )
+
+
+def open_session(
+    path: str | Path,
+    providers: Providers = None,
+    threads: int | None = None,
+    optimization: str = "all",
+    device_id: int = 0,
+) -> tuple[ort.InferenceSession, str]:
+    """Open one graph (a GPT or BERT bundle's model.onnx) as `open_sessions` opens two;
+    return the session and its active device."""
+    choice = check_providers(providers)
+    options = session_options(threads, optimization)
+    if not isinstance(choice, str):
+        session, _, device = open_listed(path, path, choice, options)
+        return session, device
+    if choice == "cpu" or (choice == "auto" and not gpu_present()):
+        return create_session(path, [CPU_EP], options), "cpu"
+    cuda = [(CUDA_EP, {"device_id": device_id}), CPU_EP]
+    if CUDA_EP in ort.get_available_providers() and cuda_library_error() is None:
+        session = create_session(path, cuda, options)
+        if CUDA_EP in session.get_providers():
+            return session, "cuda"
+    reason = cuda_unavailable_reason()
+    if choice == "cuda":
+        raise ProviderError(
+            f"provider 'cuda' was asked for but CUDA is not active: {reason}. "
+            "Use provider 'cpu' (or 'auto' to fall back with a warning)."
+        )
+    logger.warning("CUDA is not available, running on CPU: %s", reason)
+    return create_session(path, [CPU_EP], options), "cpu"

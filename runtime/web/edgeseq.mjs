@@ -158,9 +158,15 @@ export class Bundle {
     }
   }
 
-  /** Source ids of `text` plus </s>; longer than max_len is an error, as in Python. */
+  /**
+   * Source ids of `text` plus </s>; longer than max_len is an error, as in Python. An input
+   * with no token after normalisation, or with unknown symbols only, is not run (Python's
+   * `Source.skipped` "empty" / "unknown"): null.
+   */
   encode(text) {
-    const ids = [...this.source.encode(text), this.model.eos_id];
+    const tokens = this.source.encode(text);
+    if (tokens.every((id) => id === this.source.unkId)) return null;
+    const ids = [...tokens, this.model.eos_id];
     if (ids.length > this.model.max_len) {
       throw new BundleError(
         `input has ${ids.length} source tokens with </s> but the model's max_len is ` +
@@ -223,10 +229,10 @@ export class Bundle {
     return out;
   }
 
-  /** The greedy output text of one input; an empty input gives "" without running. */
+  /** The greedy output text of one input; an input that `encode` skips gives "". */
   async generate(text) {
-    if (!text) return "";
-    return this.target.decode(await this.greedyIds(this.encode(text)));
+    const ids = this.encode(text);
+    return ids ? this.target.decode(await this.greedyIds(ids)) : "";
   }
 
   /**
@@ -289,11 +295,11 @@ export class Bundle {
    * output) or an array (-> an array of outputs, in order), run as the CLI runs its input
    * lines: chunks of `batchSize` in input order, each chunk's non-empty texts one batch sorted
    * by length (with int8 graphs the batch can change a near-tied output, so the same batches
-   * give the same outputs). An empty text gives "" without running.
+   * give the same outputs). An input that `encode` skips gives "" without running.
    */
   async generateInGraph(texts, { batchSize = 32, ...options } = {}) {
     if (!Array.isArray(texts)) return (await this.generateInGraph([texts], options))[0];
-    const sources = texts.map((text) => (text ? this.encode(text) : null));
+    const sources = texts.map((text) => this.encode(text));
     const out = texts.map(() => "");
     for (let start = 0; start < texts.length; start += batchSize) {
       const todo = [];
