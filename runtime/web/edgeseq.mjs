@@ -293,9 +293,9 @@ export class Bundle {
    * Outputs from the one-graph search variant, as `edgeseq generate --search graph` gives
    * them: greedy by default, beam search with `beams` > 1. `texts` is one text (-> its
    * output) or an array (-> an array of outputs, in order), run as the CLI runs its input
-   * lines: chunks of `batchSize` in input order, each chunk's non-empty texts one batch sorted
-   * by length (with int8 graphs the batch can change a near-tied output, so the same batches
-   * give the same outputs). An input that `encode` skips gives "" without running.
+   * lines: chunks of `batchSize` in input order, each chunk's inputs that are run one batch in
+   * input order (with int8 graphs the batch can change a near-tied output, so the same
+   * batches give the same outputs). An input that `encode` skips gives "" without running.
    */
   async generateInGraph(texts, { batchSize = 32, ...options } = {}) {
     if (!Array.isArray(texts)) return (await this.generateInGraph([texts], options))[0];
@@ -307,7 +307,6 @@ export class Bundle {
         if (sources[i]) todo.push(i);
       }
       if (todo.length === 0) continue;
-      todo.sort((a, b) => sources[a].length - sources[b].length); // stable, like sorted()
       const best = await this.searchIds(todo.map((i) => sources[i]), options);
       todo.forEach((i, k) => {
         out[i] = this.target.decode(best[k]);
