@@ -225,3 +225,49 @@ def search_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathF
         variants=VariantOptions(("fp32", "int8", "ort", "search")),
     )  # fmt: skip
     return bundle
+
+
+# -- GPT and BERT (issue 30): tiny models trained 40 steps on words / stress, with int8 --------
+LM_RECIPE = dict(
+    d_model=32, n_heads=4, d_ff=64, dropout=0.0, max_len=24, batch_tokens=800, warmup=20,
+    lr_factor=2.0, epochs=1, label_smoothing=0.0, eval_max_items=50, eval_loss_max_items=200,
+    eval_batch_size=50, save_every=1000, log_every=10,
+)  # fmt: skip
+LM_LAYERS = {"words": {"architecture": "decoder-only", "n_decoder_layers": 2},
+             "stress": {"architecture": "encoder-only", "n_encoder_layers": 2}}  # fmt: skip
+
+
+def train_and_export_lm(task_name: str, root: Path) -> dict[str, Any]:
+    """Train `task_name` ("words": GPT, "stress": BERT) 40 steps on one torch thread and
+    export fp32 + int8 with parity: {"bundle", "manifest", "run"}."""
+    import torch
+
+    from edgeseq.build_model.recipe import Recipe
+    from edgeseq.build_model.tasks import load_task
+    from edgeseq.build_model.train import train
+    from edgeseq.export.pipeline import export_checkpoint
+    from edgeseq.export.variants import VariantOptions
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        recipe = Recipe.from_dict(LM_RECIPE | LM_LAYERS[task_name])
+        train(load_task(task_name), recipe, root / "run", max_steps=40, threads=1, progress=False)
+        options = VariantOptions(("fp32", "int8"), max_metric_drop=100.0)
+        bundle = root / "bundle"
+        manifest = export_checkpoint(root / "run" / "last", bundle, inputs=60, variants=options)
+    finally:
+        torch.set_num_threads(threads)
+    return {"bundle": bundle, "manifest": manifest, "run": root / "run" / "last"}
+
+
+@pytest.fixture(scope="session")
+def gpt_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A GPT trained 40 steps on `words`, exported with int8."""
+    return train_and_export_lm("words", tmp_path_factory.mktemp("gpt"))
+
+
+@pytest.fixture(scope="session")
+def bert_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A BERT classifier trained 40 steps on `stress`, exported with int8."""
+    return train_and_export_lm("stress", tmp_path_factory.mktemp("bert"))

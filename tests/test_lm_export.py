@@ -14,39 +14,6 @@ from edgeseq.runtime import lm_constants as L
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-RECIPE = dict(d_model=32, n_heads=4, d_ff=64, dropout=0.0, max_len=24, batch_tokens=800)
-RECIPE.update(warmup=20, lr_factor=2.0, epochs=1, label_smoothing=0.0, eval_max_items=50)
-RECIPE.update(eval_loss_max_items=200, eval_batch_size=50, save_every=1000, log_every=10)
-LAYERS = {"words": {"architecture": "decoder-only", "n_decoder_layers": 2},
-          "stress": {"architecture": "encoder-only", "n_encoder_layers": 2}}  # fmt: skip
-
-
-def _train_and_export(task_name: str, root: Path) -> dict[str, Any]:
-    from edgeseq.build_model.recipe import Recipe
-    from edgeseq.build_model.tasks import load_task
-    from edgeseq.build_model.train import train
-    from edgeseq.export.pipeline import export_checkpoint
-    from edgeseq.export.variants import VariantOptions
-
-    recipe = Recipe.from_dict(RECIPE | LAYERS[task_name])
-    train(load_task(task_name), recipe, root / "run", max_steps=40, threads=1, progress=False)
-    options = VariantOptions(("fp32", "int8"), max_metric_drop=100.0)
-    bundle = root / "bundle"
-    manifest = export_checkpoint(root / "run" / "last", bundle, inputs=60, variants=options)
-    return {"bundle": bundle, "manifest": manifest, "run": root / "run" / "last"}
-
-
-@pytest.fixture(scope="module")
-def gpt_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A GPT trained 40 steps on `words`, exported with int8."""
-    return _train_and_export("words", tmp_path_factory.mktemp("gpt"))
-
-
-@pytest.fixture(scope="module")
-def bert_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A BERT classifier trained 40 steps on `stress`, exported with int8."""
-    return _train_and_export("stress", tmp_path_factory.mktemp("bert"))
-
 
 def _session(path: Path):
     import onnxruntime as ort
