@@ -143,3 +143,17 @@ def test_verify_rechecks_parity_and_refuses_a_tampered_bundle(
         f.write(" ")
     with pytest.raises(BundleError, match=r"genai_config\.json does not match its sha256"):
         verify_bundle(copy, gpt_case["run"], inputs=20)
+
+
+def test_a_missed_int8_gate_is_one_error_with_its_table(
+    bert_case: dict[str, Any], tmp_path: Path
+) -> None:
+    from edgeseq.export.pipeline import export_checkpoint
+    from edgeseq.export.report import format_attempts
+    from edgeseq.export.variants import GateError, VariantOptions
+
+    impossible = VariantOptions(("fp32", "int8"), max_metric_drop=-100.0)
+    with pytest.raises(GateError, match="int8 misses the accuracy gate") as error:
+        export_checkpoint(bert_case["run"], tmp_path / "b", inputs=20, variants=impossible)
+    assert "(nothing)" in format_attempts(error.value.attempts)  # no layer kept in fp32
+    assert not (tmp_path / "b").exists()
