@@ -136,6 +136,7 @@ def export_bundle(
     max_new_tokens: int | None = None,
     variants: VariantOptions | None = None,
     progress: Progress | None = None,
+    fuse: bool = True,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
@@ -143,7 +144,9 @@ def export_bundle(
     texts for the report and, from a task, the references that give the variants' accuracy
     gates a task metric (export/heldout.py); without `held` LEVEL3_MIN_INPUTS random sources
     are used and the gates measure agreement with fp32 only. With `verify`, a parity failure
-    raises `ParityError`, a variant missing its gate `GateError`, and nothing is written."""
+    raises `ParityError`, a variant missing its gate `GateError`, and nothing is written.
+    `fuse` exports the graphs with fused attention (`com.microsoft` `MultiHeadAttention`,
+    fused projections); `fuse=False` writes standard ONNX operators only."""
     say = progress or (lambda _: None)
     out = Path(out)
     refuse_existing(out, force)
@@ -151,7 +154,7 @@ def export_bundle(
     with atomic_directory(out) as tmp:
         manifest = _write_into(
             model, tokenizers, tmp, task, held, opset, verify, max_new_tokens,
-            variants or VariantOptions(), say,
+            variants or VariantOptions(), say, fuse,
         )  # fmt: skip
         if (out.exists() or out.is_symlink()) and not force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
@@ -170,14 +173,15 @@ def _write_into(
     max_new_tokens: int | None,
     variants: VariantOptions,
     say: Progress,
+    fuse: bool,
 ) -> dict[str, Any]:
     """Every step of `export_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
-    say("export encoder")
-    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset)
+    say("export encoder" + (" (fused attention)" if fuse else ""))
+    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset, fuse)
     say(f"  {C.ENCODER_FILE}: {encoder.bytes / 1e6:.2f} MB in {encoder.seconds:.1f} s")
     say("export decoder")
-    decoder = export_decoder(model, directory / C.DECODER_FILE, opset)
+    decoder = export_decoder(model, directory / C.DECODER_FILE, opset, fuse)
     say(f"  {C.DECODER_FILE}: {decoder.bytes / 1e6:.2f} MB in {decoder.seconds:.1f} s")
     if (encoder.opset, encoder.ir_version) != (decoder.opset, decoder.ir_version):
         raise BundleError("encoder and decoder were exported with different opsets")
