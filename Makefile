@@ -13,6 +13,9 @@ $(BIN)/python:
 
 $(STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e ".[train,dev,serve,eval,bench]"
+	# onnxruntime-genai runs GPT bundles as is (tests/test_lm_export.py); --no-deps keeps its
+	# `onnxruntime` dependency from overwriting the files of the installed onnxruntime-gpu.
+	$(BIN)/pip install -q --no-deps "onnxruntime-genai==0.18.*"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -28,14 +31,15 @@ test-ray: $(STAMP)
 	$(BIN)/pip install -q -e ".[ray]"
 	$(BIN)/python -m pytest -q -m ray
 
-# Edge targets (docs/edge.md): the bundle on emulated ARM64 and in headless Chromium, compared
-# with x86 output. Not part of `test`: it installs apt packages and downloads an arm64 root
-# filesystem, aarch64 wheels and npm packages into .edge-cache/ (once).
+# Edge targets (docs/edge.md): the bundle (two-graph loop and one-graph search variant, fp32
+# and int8) on emulated ARM64 and in headless Chromium, compared with x86 output. Not part of
+# `test`: it installs apt packages and downloads an arm64 root filesystem, aarch64 wheels and
+# npm packages into .edge-cache/ (once; EDGESEQ_EDGE_CACHE=DIR puts that cache elsewhere).
 EDGE_BUNDLE := bundles/g2p-en
 edge: $(STAMP)
 	bash scripts/edge/setup.sh
-	test -f $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export models/g2p-en \
-		--out $(EDGE_BUNDLE) --variants fp32,int8
+	grep -qs '"search.int8.onnx"' $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export \
+		models/g2p-en --out $(EDGE_BUNDLE) --variants fp32,int8,search --force
 	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
 		--screenshot docs/edge-demo.png
 

@@ -38,6 +38,7 @@ from edgeseq.runtime.constants import CONFIG_FILE, TOKENIZER_FILE
 from edgeseq.runtime.errors import CheckpointError, ConfigError, EdgeseqError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
+from .lm import Model, build_transformer
 from .model import Seq2SeqTransformer
 
 CHECKPOINT_FORMAT = 1
@@ -148,8 +149,9 @@ def read_meta(path: str | Path) -> CheckpointMeta:
 
 def load_checkpoint(
     path: str | Path, device: str | torch.device = "cpu"
-) -> tuple[Seq2SeqTransformer, TokenizerPair, CheckpointMeta]:
-    """Load a checkpoint: the model (in eval mode, on `device`), its tokenizers and metadata."""
+) -> tuple[Model, TokenizerPair, CheckpointMeta]:
+    """Load a checkpoint: the model of its architecture (in eval mode, on `device`), its
+    tokenizers and metadata."""
     meta = read_meta(path)
     path = meta.path
     try:
@@ -163,7 +165,7 @@ def load_checkpoint(
             f"checkpoint {path}: tokenizer vocabularies {sizes} do not match config.json "
             f"({cfg.src_vocab_size}, {cfg.tgt_vocab_size}); the directory mixes two runs"
         )
-    model = Seq2SeqTransformer(cfg)
+    model = build_transformer(cfg)
     try:
         load_model(model, path / MODEL_FILE, device=str(device))
     except Exception as exc:  # safetensors raises RuntimeError or its own SafetensorError
@@ -311,6 +313,10 @@ def grow_checkpoint(
     _refuse_to_replace(out)
     model, tokenizers, meta = load_checkpoint(path)
     old = model.cfg
+    if old.architecture != "encoder-decoder":
+        raise ConfigError(
+            f"growing supports encoder-decoder checkpoints; {path} is {old.architecture}"
+        )
     n_encoder_layers = n_encoder_layers or old.n_encoder_layers
     n_decoder_layers = n_decoder_layers or old.n_decoder_layers
     d_ff = d_ff or old.d_ff

@@ -40,7 +40,8 @@ def dev_loss(
     total, count = 0.0, 0
     for rows in make_batches(lengths, batch_tokens, np.random.default_rng(0)):
         src, tgt_in, tgt_out = collate(examples, rows, cfg)
-        logits = model(src, tgt_in)  # (B, T, V)
+        logits = model(src, tgt_in)  # (B, T, V); a classifier's T is 1 (build_model/lm.py)
+        tgt_out = tgt_out[:, : logits.shape[1]]
         total += F.cross_entropy(
             logits.reshape(-1, logits.shape[-1]),
             tgt_out.reshape(-1),
@@ -108,6 +109,11 @@ def dev_metrics(
     metrics over the first `eval_max_items` dev sources."""
     loss_pairs = task.dev[: recipe.eval_loss_max_items or None]
     metrics = {"dev_loss": dev_loss(model, loss_pairs, tokenizers, recipe.batch_tokens)}
+    if model.cfg.architecture != "encoder-decoder":
+        from .lm_eval import lm_metrics
+
+        limit = recipe.eval_max_items or None
+        return metrics | lm_metrics(model, tokenizers, task, "dev", limit, recipe.eval_batch_size)
     metrics.update(
         evaluate_model(
             model,

@@ -70,6 +70,10 @@ class PositionalEncoding(nn.Module):
             )
         return x + self.table[offset : offset + length]
 
+    def at(self, x: Tensor, position_ids: Tensor) -> Tensor:
+        """x (B, T, D) plus the table rows of position_ids (B, T) int64 (a gather)."""
+        return x + self.table[position_ids]
+
 
 class MultiHeadAttention(nn.Module):
     """softmax(Q Kᵀ / sqrt(d_k)) V over n_heads heads, heads concatenated, times W_O."""
@@ -168,7 +172,19 @@ class EncoderLayer(nn.Module):
     def forward(self, x: Tensor, keep: Tensor) -> Tensor:
         """x (B, S, D), keep (B, 1, 1, S) -> (B, S, D)."""
         h = self.sub_attn.inner(x)
-        x = self.sub_attn.outer(x, self.self_attn(h, h, keep))
+        return self.feed_forward(self.sub_attn.outer(x, self.self_attn(h, h, keep)))
+
+    def forward_cached(
+        self, x: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """The same block over new tokens x (B, N, D) attending to a cache (B, H, P, dh) and
+        themselves, keep broadcastable to (B, H, N, P+N) (a GPT block when keep is causal)
+        -> x (B, N, D) and the extended cache, two (B, H, P+N, dh)."""
+        attn, k, v = self.self_attn.forward_cached(self.sub_attn.inner(x), past_k, past_v, keep)
+        return self.feed_forward(self.sub_attn.outer(x, attn)), k, v
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        """The FFN sublayer with its add & norm: (B, T, D) -> (B, T, D)."""
         return self.sub_ffn.outer(x, self.ffn(self.sub_ffn.inner(x)))
 
 

@@ -15,6 +15,7 @@ from edgeseq.runtime.errors import CheckpointError, ConfigError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .checkpoint import load_checkpoint, read_meta
+from .lm import build_transformer
 from .model import Seq2SeqTransformer
 from .recipe import Recipe
 from .tasks import Task, load_task
@@ -51,8 +52,9 @@ def new_run(
         if task is None:
             raise ConfigError("a new run needs a task (or --init-from a checkpoint)")
         tokenizers = task.build_tokenizers()
+        check_architecture(task, recipe)
         cfg = recipe.model_config(tokenizers.source.vocab_size, tokenizers.target.vocab_size)
-        return Seq2SeqTransformer(cfg.validate()), tokenizers, state, task
+        return build_transformer(cfg.validate()), tokenizers, state, task
     model, tokenizers, meta = load_checkpoint(init_from)
     if task is not None and task.describe() != meta.task:
         raise ConfigError(f"the task differs from the one {init_from} was trained on ({meta.task})")
@@ -60,6 +62,19 @@ def new_run(
     set_dropout(model, recipe.model.get("dropout", model.cfg.dropout))
     task = task or load_task(meta.task["name"], **meta.task["options"])
     return model, tokenizers, state, task
+
+
+def check_architecture(task: Task, recipe: Recipe) -> None:
+    """ConfigError when the recipe's architecture cannot train `task`."""
+    from .lm_tasks import TASK_ARCHITECTURE
+
+    want = TASK_ARCHITECTURE.get(task.name, "encoder-decoder")
+    got = recipe.model.get("architecture", "encoder-decoder")
+    if got != want:
+        raise ConfigError(
+            f"task {task.name} trains a {want} model but the recipe's architecture is {got}; "
+            f'set "architecture": "{want}" in the recipe (see models/recipes/)'
+        )
 
 
 def check_shape(recipe: Recipe, cfg: ModelConfig, what: str) -> None:

@@ -34,7 +34,7 @@ from edgeseq.runtime.tokenizer import KINDS, Tokenizer, TokenizerPair
 Pair = tuple[str, str]
 SPLITS = ("train", "dev", "test")
 SYNTHETIC = ("reverse", "sort", "copy")
-TASK_NAMES = ("g2p", *SYNTHETIC, "tsv")
+TASK_NAMES = ("g2p", *SYNTHETIC, "tsv", "words", "stress")  # words, stress: build_model.lm_tasks
 G2P_WORD = re.compile(r"^[a-z']+$")
 STRESS_DIGITS = re.compile(r"\d")
 
@@ -52,6 +52,9 @@ class Task:
     target_kind: str  # tokenizer kind of targets
     shared_vocab: bool = False  # one tokenizer for both sides
     vocab_size: int = 8000  # entries of a bpe vocabulary
+    # Normalisation of sources (runtime/tokenizer.py NORMALIZERS), stored in the source
+    # tokenizer so that every runtime applies it; targets are data and are not normalised.
+    normalize: tuple[str, ...] = ("nfc", "strip")
 
     def split(self, name: str) -> list[Pair]:
         """The pairs of split `name` ("train", "dev" or "test")."""
@@ -87,10 +90,11 @@ class Task:
         sources = [s for s, _ in self.train]
         targets = [t for _, t in self.train]
         if self.shared_vocab:
-            shared = Tokenizer.train(self.source_kind, sources + targets, self.vocab_size)
+            texts = sources + targets
+            shared = Tokenizer.train(self.source_kind, texts, self.vocab_size, self.normalize)
             return TokenizerPair(shared, shared)
         return TokenizerPair(
-            Tokenizer.train(self.source_kind, sources, self.vocab_size),
+            Tokenizer.train(self.source_kind, sources, self.vocab_size, self.normalize),
             Tokenizer.train(self.target_kind, targets, self.vocab_size),
         )
 
@@ -119,7 +123,9 @@ def load_task(name: str, **options: Any) -> Task:
     """Build task `name` with its options (see the module docstring); DataError if unknown."""
     if name not in TASK_NAMES:
         raise DataError(f"unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
-    builder = {"g2p": g2p_task, "tsv": tsv_task}.get(name, synthetic_task)
+    from .lm_tasks import LM_TASKS  # imports this module
+
+    builder = {"g2p": g2p_task, "tsv": tsv_task, **LM_TASKS}.get(name, synthetic_task)
     args = (name,) if name in SYNTHETIC else ()
     try:
         inspect.signature(builder).bind(*args, **options)
@@ -204,9 +210,14 @@ def read_cmudict(stress: bool = True) -> list[Pair]:
 
 
 def g2p_task(stress: bool = True) -> Task:
-    """English grapheme-to-phoneme on the CMU Pronouncing Dictionary (char -> phoneme words)."""
+    """English grapheme-to-phoneme on the CMU Pronouncing Dictionary (char -> phoneme words).
+    The dictionary's words are lowercase, so sources are lowercased (after NFC and strip)."""
     splits = split_pairs(read_cmudict(stress))
-    return Task("g2p", {"stress": bool(stress)}, **splits, source_kind="char", target_kind="word")
+    options = {"stress": bool(stress)}
+    normalize = ("nfc", "strip", "lowercase")
+    return Task(
+        "g2p", options, **splits, source_kind="char", target_kind="word", normalize=normalize
+    )
 
 
 # -- synthetic -----------------------------------------------------------------------------
@@ -254,9 +265,17 @@ def read_tsv(path: str | Path) -> list[Pair]:
     if not path.is_file():
         raise DataError(f"corpus {path} does not exist; pass a source<TAB>target file")
     pairs: list[Pair] = []
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
-            line = line.rstrip("\r\n")
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, start=1):
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n")
+            except UnicodeDecodeError as exc:
+                raise DataError(
+                    f"{path}:{number}: not UTF-8 (byte 0x{raw[exc.start]:02x} at column "
+                    f"{exc.start + 1}); convert the corpus to UTF-8, e.g. iconv -f latin1 -t utf-8"
+                ) from None
+            if number == 1:
+                line = line.removeprefix("\ufeff")
             if not line:
                 continue
             fields = line.split("\t")

@@ -20,6 +20,7 @@ dev exact match (ties: lower dev loss), OUT/epochs/NNN the weights after each of
 from __future__ import annotations
 
 import json
+import logging
 import math
 import shutil
 import time
@@ -32,7 +33,7 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from edgeseq.runtime.errors import ConfigError
+from edgeseq.runtime.errors import ConfigError, DataError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .batching import collate
@@ -44,6 +45,8 @@ from .precision import warn_if_bf16_slow
 from .recipe import SCHEDULES, Recipe
 from .run import new_run, resumed_run
 from .tasks import Task, encode_pairs, make_batches
+
+logger = logging.getLogger(__name__)
 
 
 def learning_rate(
@@ -140,6 +143,29 @@ def train(
     return summary
 
 
+def check_data(task: Task, kept: int, dropped: int, max_len: int) -> None:
+    """Refuse to train on nothing or to score on nothing (DataError saying what to change);
+    log a warning (shown on the console) when pairs are left out for length."""
+    if not task.dev:
+        raise DataError(
+            f"the dev split of task {task.name!r} is empty ({len(task.train)} train pairs): "
+            "about 5% of distinct sources land in dev by hash, so the corpus needs more pairs "
+            "(a few hundred at least) for a dev score"
+        )
+    if kept == 0:
+        raise DataError(
+            f"none of the {dropped} training pairs fits max_len {max_len} (with <s> or </s>); "
+            "raise max_len in the recipe or shorten the pairs"
+        )
+    if dropped:
+        share = dropped / (dropped + kept)
+        logger.warning(
+            "%d of %d training pairs (%.0f%%) are longer than max_len %d and are left out; "
+            "raise max_len in the recipe to keep them",
+            dropped, dropped + kept, 100 * share, max_len,
+        )  # fmt: skip
+
+
 class Trainer:
     """The state of one training call: model, optimizer, data, run state and log."""
 
@@ -160,6 +186,7 @@ class Trainer:
         betas, eps = (0.9, 0.98), 1e-9
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps)
         self.examples, dropped = encode_pairs(task.train, tokenizers, model.cfg.max_len)
+        check_data(task, len(self.examples), dropped, model.cfg.max_len)
         self.lengths = [(len(s) + 1, len(t) + 1) for s, t in self.examples]
         self.steps = self.tokens = 0  # in this call
         self.train_s = 0.0  # seconds spent in training steps (evaluation excluded)
@@ -201,6 +228,7 @@ class Trainer:
             group["lr"] = lr
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.precision == "bf16"):
             logits = self.model(src, tgt_in)
+        tgt_out = tgt_out[:, : logits.shape[1]]  # a classifier predicts the first target only
         logits = logits.float().reshape(-1, cfg.tgt_vocab_size)  # (B * T, V)
         targets = tgt_out.reshape(-1)  # (B * T,)
         smoothing = recipe.label_smoothing

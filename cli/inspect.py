@@ -19,18 +19,24 @@ import onnxruntime as ort
 from edgeseq.export.report import format_parity, format_table, format_variants
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.builtin import resolve_bundle
-from edgeseq.runtime.bundle import load_bundle
+from edgeseq.runtime.bundle import check_graph_pair, load_bundle
 from edgeseq.runtime.errors import BundleError
-from edgeseq.runtime.manifest import file_status, read_manifest
+from edgeseq.runtime.manifest import check_inside, file_status, read_manifest
+from edgeseq.runtime.providers import create_session
 
 NUMPY_NAMES = {"float": "float32", "double": "float64"}  # onnxruntime type names -> numpy's
 
 
-def _graph_io(path: Path) -> list[tuple[str, ...]]:
-    """(direction, name, dtype, shape) rows of a graph, read through an onnxruntime session."""
+def _session(path: Path) -> ort.InferenceSession:
+    """A quiet CPU session of the graph at `path`; BundleError when onnxruntime refuses it."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return create_session(path, ["CPUExecutionProvider"], options)
+
+
+def _graph_io(path: Path) -> list[tuple[str, ...]]:
+    """(direction, name, dtype, shape) rows of a graph, read through an onnxruntime session."""
+    session = _session(path)
     rows: list[tuple[str, ...]] = []
     for direction, values in (("in", session.get_inputs()), ("out", session.get_outputs())):
         for value in values:
@@ -84,9 +90,8 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
         f"bundle {path} (format {manifest['format_version']}, edgeseq "
         f"{manifest.get('edgeseq_version', '?')}, created {manifest.get('created_utc', '?')})"
     ]
-    config_path = path / C.CONFIG_FILE
-    if config_path.is_file():
-        config = json.loads(config_path.read_text(encoding="utf-8"))
+    try:
+        config = json.loads((path / C.CONFIG_FILE).read_text(encoding="utf-8"))
         lines.append(_model_line(config["model"]))
         specials = config.get("special_tokens", {})
         lines.append(
@@ -95,6 +100,8 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
         )
         if config.get("task"):
             lines.append(f"task: {json.dumps(config['task'], sort_keys=True)}")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
+        lines.append(f"model: {C.CONFIG_FILE} cannot be shown ({type(exc).__name__}: {exc})")
     exporter = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("exporter", {}).items()))
     lines.append(
         f"graphs: opset {manifest.get('opset')}, IR {manifest.get('ir_version')}, needs "
@@ -103,17 +110,23 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
     bad: list[str] = []
     rows = [("file", "bytes", "sha256", "check")]
     for name, entry in sorted(manifest.get("files", {}).items()):
+        if not isinstance(entry, dict):
+            bad.append(name)
+            rows.append((name, "?", "?", "not a file entry"))
+            continue
         status = file_status(path, name, entry)
         if status != "ok":
             bad.append(name)
         rows.append((name, f"{entry.get('bytes', 0):,}", entry.get("sha256", "")[:16], status))
     lines += ["files:", format_table(rows, "  ")]
     for variant, info in manifest.get("variants", {}).items():
+        info = info if isinstance(info, dict) else {}
         verified = "verified" if info.get("verified") else "not verified"
         lines.append(f"variant {variant} ({verified}):")
         for graph in ("encoder", "decoder"):
             name = info.get(graph)
-            if name and name not in bad and (path / name).is_file():
+            if isinstance(name, str) and name not in bad and (path / name).is_file():
+                check_inside(path, name)
                 lines.append(f"  {name}")
                 lines.append(format_table(_graph_io(path / name), "    "))
     lines += ["parity (measured at export):", format_parity(manifest.get("parity", {}))]
@@ -134,5 +147,14 @@ def inspect(bundle: Path) -> None:
             "manifest (tampered or corrupted); "
             "re-export or copy the bundle again"
         )
-    load_bundle(bundle)  # the checks of Generator.load: a BundleError says which failed
+    check_bundle(bundle)
     click.echo("check: ok (every check that loading the bundle runs)")
+
+
+def check_bundle(path: str | Path) -> None:
+    """The checks of `Generator.load`, for every graph variant: `load_bundle` (manifest,
+    checksums, config, tokenizers) and `check_graph_pair` (graphs against config.json).
+    A BundleError says which failed."""
+    bundle = load_bundle(path)
+    for variant, (encoder, decoder) in bundle.variants.items():
+        check_graph_pair(bundle, _session(encoder), _session(decoder), variant)

@@ -120,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except OSError as exc:  # a file or directory the command was pointed at
+        where = f" ({exc.filename})" if exc.filename else ""
+        click.echo(f"error: {exc.strerror or exc}{where}; check the path and permissions", err=True)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,17 @@ from .wrappers import FusedDecoderStep, FusedEncoder, OnnxDecoderStep, OnnxEncod
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
 EXAMPLE_SIZE = {C.BATCH: 2, C.SRC_LEN: 5, C.PAST_LEN: 3, C.NEW_LEN: 2}  # all >= 2: see above
+
+
+def example_sizes(cfg: ModelConfig) -> dict[str, int]:
+    """EXAMPLE_SIZE fitted to the positional table: src_len <= max_len and past_len + new_len
+    <= max_len, every size >= 2 (ModelConfig requires max_len >= 4 for this)."""
+    sizes = dict(EXAMPLE_SIZE)
+    sizes[C.SRC_LEN] = min(sizes[C.SRC_LEN], cfg.max_len)
+    sizes[C.PAST_LEN] = min(sizes[C.PAST_LEN], cfg.max_len - sizes[C.NEW_LEN])
+    return sizes
+
+
 METADATA_KEYS = (
     "src_vocab_size",
     "tgt_vocab_size",
@@ -234,8 +245,8 @@ def export_encoder(
 ) -> GraphInfo:
     """Write the encoder graph to `path`: `FusedEncoder` (fused attention and projections)
     or, with `fuse=False`, `OnnxEncoder` (standard ONNX operators only)."""
-    cfg, dims = model.cfg, _dims(model.cfg)
-    batch, src_len = EXAMPLE_SIZE[C.BATCH], EXAMPLE_SIZE[C.SRC_LEN]
+    cfg, dims, sizes = model.cfg, _dims(model.cfg), example_sizes(model.cfg)
+    batch, src_len = sizes[C.BATCH], sizes[C.SRC_LEN]
     src_ids = torch.randint(len(C.SPECIAL_TOKENS), cfg.src_vocab_size, (batch, src_len))
     dynamic = {C.SRC_IDS: {0: dims[C.BATCH], 1: dims[C.SRC_LEN]}}
     names = (C.ENCODER_INPUTS, C.encoder_outputs(cfg.n_decoder_layers))
@@ -246,8 +257,9 @@ def export_encoder(
 def decoder_example(cfg: ModelConfig) -> tuple[Any, ...]:
     """Example inputs of the decoder step (`OnnxDecoderStep.forward`'s arguments: K/V as
     L-tuples), every dynamic axis of size >= 2."""
-    batch, src_len = EXAMPLE_SIZE[C.BATCH], EXAMPLE_SIZE[C.SRC_LEN]
-    past_len, new_len = EXAMPLE_SIZE[C.PAST_LEN], EXAMPLE_SIZE[C.NEW_LEN]
+    sizes = example_sizes(cfg)
+    batch, src_len = sizes[C.BATCH], sizes[C.SRC_LEN]
+    past_len, new_len = sizes[C.PAST_LEN], sizes[C.NEW_LEN]
     layers, heads, d_head = cfg.n_decoder_layers, cfg.n_heads, cfg.d_head
 
     def per_layer(length: int) -> tuple[torch.Tensor, ...]:

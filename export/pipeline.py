@@ -18,6 +18,7 @@ from typing import Any
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.manifest import check_files, read_manifest
 
 from .bundle import export_bundle, refuse_existing
 from .heldout import heldout_sources
@@ -38,11 +39,20 @@ def _load(checkpoint: str | Path, say: Progress) -> tuple[Any, Any, Any]:
     params = sum(p.numel() for p in model.parameters())
     say(
         f"load {checkpoint}: d_model {cfg.d_model}, {cfg.n_heads} heads, "
-        f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers} layers, vocab "
+        f"{_layers(cfg)} layers, vocab "
         f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}, {params / 1e6:.2f} M params "
         f"({time.perf_counter() - start:.1f} s)"
     )
     return model, tokenizers, meta
+
+
+def _layers(cfg: Any) -> str:
+    """ "3+3" for an encoder–decoder, "2 decoder-only" / "2 encoder-only" for GPT / BERT."""
+    if cfg.architecture == "decoder-only":
+        return f"{cfg.n_decoder_layers} decoder-only"
+    if cfg.architecture == "encoder-only":
+        return f"{cfg.n_encoder_layers} encoder-only"
+    return f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers}"
 
 
 def export_checkpoint(
@@ -66,6 +76,13 @@ def export_checkpoint(
     held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
     if held is not None and held.warning:
         say(f"warning: {held.warning}")
+    if model.cfg.architecture != "encoder-decoder":  # GPT or BERT: one graph
+        from .lm_bundle import export_lm_bundle
+
+        return export_lm_bundle(
+            model, tokenizers, out, task=meta.task, held=held, opset=opset, force=force,
+            verify=verify, variants=variants, progress=say,
+        )  # fmt: skip
     return export_bundle(
         model,
         tokenizers,
@@ -94,6 +111,15 @@ def verify_bundle(
     Raises BundleError for a tampered bundle or one exported from another model, and
     ParityError (carrying the report) when a level fails."""
     say = progress or (lambda _: None)
+    manifest = read_manifest(bundle)
+    if manifest.get("kind") in ("gpt", "bert"):  # one graph: checksums, then its parity
+        from .lm_bundle import verify_lm_bundle
+
+        check_files(bundle, manifest)
+        say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
+        model, tokenizers, meta = _load(checkpoint, say)
+        held = heldout_sources(meta.task, tokenizers, model, inputs)
+        return verify_lm_bundle(Path(bundle), manifest, model, held, say)
     loaded = load_bundle(bundle)  # the runtime's checks: manifest, checksums, config, tokenizers
     bundle, manifest, bundle_cfg = loaded.path, loaded.manifest, loaded.config
     say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")

@@ -33,8 +33,12 @@ def format_parity(report: dict[str, Any]) -> str:
     ok = lambda passed: "ok" if passed else "FAIL"  # noqa: E731
     rows = [("level", "check", "value", "result")]
     level1 = report["level1"]
+    if "graph" in level1:  # GPT or BERT: one graph, every output by name
+        for name, diff in level1["max_abs_diff"].items():
+            check = f"{level1['graph']} {name} max|Δ| ({level1['cases']} shapes)"
+            rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
     for name in C.ENCODER_FAMILIES + C.DECODER_FAMILIES:
-        if name in level1["max_abs_diff"]:
+        if name in level1["max_abs_diff"] and "graph" not in level1:
             diff = level1["max_abs_diff"][name]
             graph = "encoder" if name in C.ENCODER_FAMILIES else "decoder"
             label = f"{name}.*" if name in C.KV_FAMILIES else name  # every layer's tensor

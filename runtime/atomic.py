@@ -14,12 +14,15 @@ deletes every such sibling whose process is gone.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+
+from .errors import OutputPathError
 
 _TEMP = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]+")
 
@@ -57,6 +60,16 @@ def _remove(path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
+def _why(target: Path, exc: OSError) -> str:
+    """The reason `target` cannot be created, with what to do."""
+    for parent in target.parents:
+        if parent.exists() and not parent.is_dir():
+            return f"{parent} is a file, not a directory; choose another path"
+    if isinstance(exc, PermissionError) or exc.errno in (errno.EACCES, errno.EROFS):
+        return f"{exc.strerror} in {target.parent}; choose a directory you can write to"
+    return f"{exc.strerror or exc}; choose another path"
+
+
 def _sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
 
@@ -66,10 +79,13 @@ def atomic_directory(target: str | Path) -> Iterator[Path]:
     """Yield an empty temporary directory that replaces `target` when the block succeeds
     and is deleted when it raises (see the module docstring)."""
     target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(target)
-    tmp = _sibling(target, "tmp")
-    tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(target)
+        tmp = _sibling(target, "tmp")
+        tmp.mkdir()  # honours the umask, unlike tempfile.mkdtemp's 0700
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {target}: {_why(target, exc)}") from None
     try:
         yield tmp
     except BaseException:

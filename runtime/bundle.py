@@ -146,16 +146,28 @@ def load_bundle(path: str | Path) -> Bundle:
     except ConfigError as exc:
         raise BundleError(f"{path / C.CONFIG_FILE}: {exc}") from None
     tokenizers = _tokenizers(path, data.get("tokenizers") or {}, listed)
-    for side, tok, size in (
-        ("source", tokenizers.source, config.src_vocab_size),
-        ("target", tokenizers.target, config.tgt_vocab_size),
-    ):
-        if tok.vocab_size > size:
-            raise BundleError(
-                f"{path}: the {side} tokenizer has {tok.vocab_size} ids but the model only "
-                f"{size}; tokenizer and graphs come from different exports"
-            )
+    check_tokenizers(path, config, tokenizers)
     return Bundle(path, config, tokenizers, manifest, variants, data.get("task"))
+
+
+def check_tokenizers(path: Path, config: ModelConfig, tokenizers: TokenizerPair) -> None:
+    """Refuse tokenizers that are not the model's: each side's vocabulary size must equal
+    config.json's (src_vocab_size, tgt_vocab_size) and its special ids config.json's ids."""
+    for side, tok, size, key in (
+        ("source", tokenizers.source, config.src_vocab_size, "src_vocab_size"),
+        ("target", tokenizers.target, config.tgt_vocab_size, "tgt_vocab_size"),
+    ):
+        if tok.vocab_size != size:
+            raise BundleError(
+                f"{path}: the {side} tokenizer has {tok.vocab_size} ids but config.json's "
+                f"{key} is {size}: the tokenizer is not this model's; re-export the bundle"
+            )
+        for name in ("pad_id", "bos_id", "eos_id", "unk_id"):
+            if getattr(tok, name) != getattr(config, name):
+                raise BundleError(
+                    f"{path}: the {side} tokenizer's {name} is {getattr(tok, name)} but "
+                    f"config.json's is {getattr(config, name)}; re-export the bundle"
+                )
 
 
 def _tokenizers(path: Path, names: dict[str, Any], listed: set[str]) -> TokenizerPair:
@@ -217,24 +229,25 @@ def check_graph_pair(
         for f in (C.PAST_K, C.PAST_V, C.CROSS_K, C.CROSS_V)
         for n in C.layer_names(f, layers)
     ]
-    for file, arg in kv:
-        for axis, field in KV_AXES.items():
-            dim = arg.shape[axis] if len(arg.shape) == 4 else None
-            want = getattr(cfg, field)
-            if isinstance(dim, int) and dim != want:
-                problems.append(f"{file.name} {arg.name} has {field} {dim}, config.json {want}")
-    dtypes = {f"{file.name} {arg.name}": arg.type for file, arg in kv}
-    if len(set(dtypes.values())) > 1:
-        problems.append(f"K/V dtypes differ: {dtypes}")
+    for axis, field in KV_AXES.items():
+        want = getattr(cfg, field)
+        found = {arg.shape[axis] for _, arg in kv if len(arg.shape) == 4}
+        wrong = sorted(d for d in found if isinstance(d, int) and d != want)
+        if wrong:
+            problems.append(f"{field}: the graphs' K/V tensors have {wrong[0]}, config.json {want}")
+    dtypes = sorted({arg.type for _, arg in kv})
+    if len(dtypes) > 1:
+        problems.append(f"the K/V tensors mix dtypes {', '.join(dtypes)}")
     logits = dec_io[C.LOGITS]
     if isinstance(logits.shape[-1], int) and logits.shape[-1] != cfg.tgt_vocab_size:
         problems.append(f"{decoder_path.name} logits width {logits.shape[-1]}, config.json ")
         problems[-1] += f"tgt_vocab_size {cfg.tgt_vocab_size}"
-    problems += _metadata_problems(bundle, encoder_path, encoder, decoder_path, decoder)
+    problems = _metadata_problems(bundle, encoder_path, encoder, decoder_path, decoder) + problems
     if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         raise BundleError(
-            f"{bundle.path}: encoder, decoder and config.json do not belong together "
-            f"({'; '.join(problems)}); re-export the bundle"
+            f"{bundle.path}: encoder, decoder and config.json do not belong together: "
+            f"{problems[0]}{more}; re-export the bundle"
         )
 
 
@@ -249,7 +262,8 @@ def _metadata_problems(
     enc = encoder.get_modelmeta().custom_metadata_map
     dec = decoder.get_modelmeta().custom_metadata_map
     config = bundle.config.to_dict() | {"d_head": bundle.config.d_head}
-    problems = []
+    problems: list[str] = []
+    derived: list[str] = []
     keys = sorted(k for k in set(enc) | set(dec) if k.startswith(METADATA_PREFIX))
     for key in keys:
         if key in PER_GRAPH_METADATA:
@@ -262,7 +276,8 @@ def _metadata_problems(
         elif field in config:
             value = config[field]
             text = str(value).lower() if isinstance(value, bool) else str(value)
-            for file, meta in ((encoder_path, enc), (decoder_path, dec)):
-                if key in meta and meta[key] != text:
-                    problems.append(f"{field}: {file.name} says {meta[key]}, config.json {text}")
-    return problems
+            said = {meta[key] for meta in (enc, dec) if key in meta} - {text}
+            if said:
+                problem = f"config.json says {field} {text} but the graphs say {said.pop()}"
+                derived.append(problem) if field == "d_head" else problems.append(problem)
+    return problems + derived  # the root cause first: d_head follows from d_model, n_heads

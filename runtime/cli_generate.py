@@ -17,7 +17,7 @@ from typing import Any
 
 import click
 
-from .errors import InputTooLongError
+from .errors import InputFileError, InputTooLongError
 from .generator import Generator, Result, Source
 from .graph_search import SEARCH_MODES
 from .progress import progress_bar
@@ -29,8 +29,16 @@ INPUT_RULES = """\b
 Input: the TEXT arguments; without them, the lines of --input FILE, or of stdin.
 One output line (or JSON object) per input, in input order.
 \b
-- Empty line: an empty output line (JSON: "skipped": "empty"); the model is not run.
-- Symbols outside the source vocabulary are fed as <unk>; one warning lists them.
+- Inputs are normalised by the bundle's tokenizer first (the G2P model: Unicode
+  NFC, surrounding whitespace stripped, lowercased).
+- Empty line (or only whitespace): an empty output line (JSON: "skipped": "empty");
+  the model is not run.
+- Only symbols outside the source vocabulary (emoji, another script): an empty
+  output line (JSON: "skipped": "unknown") and one warning naming the lines; the
+  model is not run. Some unknown symbols among known ones are fed as <unk>, with
+  one warning listing them.
+- An output cut at max_len or --max-new-tokens before </s>: one warning naming the
+  lines (JSON: "finished": false).
 - A line longer than the model's max_len (tokens + </s>) is an error naming the
   line, before anything is generated; with --truncate it is cut, with one warning.
 - Bytes that are not UTF-8 are replaced by U+FFFD (then usually <unk>); one
@@ -94,19 +102,27 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None) -> list[InputLin
         stdin = sys.stdin
         data = stdin.buffer.read() if hasattr(stdin, "buffer") else stdin.read().encode()
     else:
-        data = Path(input_file).read_bytes()
+        path = Path(input_file)
+        if not path.is_file():
+            what = "a directory" if path.is_dir() else "not a file" if path.exists() else "missing"
+            raise InputFileError(
+                f"--input {input_file} is {what}; give a text file, one input a line"
+            )
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputFileError(f"--input {input_file} cannot be read: {exc.strerror}") from None
     return [InputLine("line", n, t, r) for n, (t, r) in enumerate(split_lines(data), start=1)]
 
 
 def encode_inputs(
     generator: Generator, lines: list[InputLine], truncate: bool
 ) -> dict[int, Source]:
-    """Encode every non-empty input up front (so an over-long line fails before any output);
-    print one warning each for replaced bytes, unknown symbols and truncation."""
+    """Encode every input up front (so an over-long line fails before any output); print
+    one warning each for replaced bytes, inputs with no known symbol, unknown symbols and
+    truncation."""
     sources: dict[int, Source] = {}
     for index, line in enumerate(lines):
-        if not line.text:
-            continue
         try:
             sources[index] = generator.encode(line.text, truncate)
         except InputTooLongError:
@@ -118,9 +134,14 @@ def encode_inputs(
     replaced = [f"{line.label} {line.number}" for line in lines if line.replaced]
     if replaced:
         warn(f"not valid UTF-8, bytes replaced by U+FFFD: {_first(replaced)}")
-    unknown = sorted({s for source in sources.values() for s in source.unknown})
+    nothing = [f"{lines[i].label} {lines[i].number}" for i, s in sources.items()
+               if s.skipped == "unknown"]  # fmt: skip
+    if nothing:
+        warn(f"no symbol of the source vocabulary, output left empty: {_first(nothing)}")
+    run = {i: s for i, s in sources.items() if not s.skipped}
+    unknown = sorted({s for source in run.values() for s in source.unknown})
     if unknown:
-        where = [f"{lines[i].label} {lines[i].number}" for i, s in sources.items() if s.unknown]
+        where = [f"{lines[i].label} {lines[i].number}" for i, s in run.items() if s.unknown]
         shown = " ".join(repr(s) for s in unknown[:10]) + (" ..." if len(unknown) > 10 else "")
         warn(f"symbols outside the source vocabulary, fed as <unk>: {shown} ({_first(where)})")
     truncated = [f"{lines[i].label} {lines[i].number}" for i, s in sources.items() if s.truncated]
@@ -256,27 +277,32 @@ def generate(
         bundle, providers=provider, threads=threads, variant=variant, search=search_mode
     )
     lines = read_inputs(texts, input_file)
-    sources = encode_inputs(generator, lines, truncate)
+    encode_inputs(generator, lines, truncate)  # checks and warnings before any output
     if stream:
         for line in lines:
-            for piece in generator.stream(line.text, options) if line.text else ():
+            for piece in generator.stream(line.text, options):
                 click.echo(piece, nl=False)
             click.echo()
         return
     # A bar for inputs longer than one batch, when output goes to a file or pipe (a bar
     # between output lines on the same terminal would garble them).
+    # Chunks of batch_size lines are exactly the groups Generator.generate batches, so the
+    # CLI and the API give the same outputs (which matters for int8 graphs).
     shown = len(lines) > batch_size and not sys.stdout.isatty()
+    cut: list[str] = []
     with progress_bar(len(lines) if shown else 0, "line", "generate", disable=not shown) as bar:
         for start in range(0, len(lines), batch_size):
-            chunk = range(start, min(start + batch_size, len(lines)))
-            todo = [i for i in chunk if i in sources]
-            texts = [lines[i].text for i in todo]
-            results = dict(zip(todo, generator.generate(texts, options), strict=True))
-            for i in chunk:
-                result = results.get(i)
+            chunk = lines[start : start + batch_size]
+            results = generator.generate([line.text for line in chunk], options)
+            for line, result in zip(chunk, results, strict=True):
+                if not result.finished and not result.skipped:
+                    cut.append(f"{line.label} {line.number}")
                 if as_json:
-                    row = result_json(lines[i], result, generator)
+                    row = result_json(line, result, generator)
                     click.echo(json.dumps(row, ensure_ascii=False))
                 else:
-                    click.echo(result.text if result is not None else "")
+                    click.echo(result.text)
             bar.update(len(chunk))
+    if cut:
+        limit = f"--max-new-tokens {max_new_tokens}" if max_new_tokens else "the model's max_len"
+        warn(f"output cut at {limit} before </s>: {_first(cut)}")

@@ -19,11 +19,18 @@ from .errors import ConfigError
 POSITIONAL_CHOICES = ("sinusoidal", "learned")
 NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu")
+ARCHITECTURE_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
+
+
+MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
 
 
 @dataclass
 class ModelConfig:
-    """Hyper-parameters of an encoder–decoder Transformer."""
+    """Hyper-parameters of a Transformer: encoder–decoder, decoder-only (GPT) or encoder-only
+    (BERT). A decoder-only model has `n_decoder_layers` blocks and one vocabulary
+    (src_vocab_size == tgt_vocab_size); an encoder-only model has `n_encoder_layers` blocks
+    over src_vocab_size tokens and a classification head over tgt_vocab_size labels."""
 
     src_vocab_size: int  # rows of the source embedding
     tgt_vocab_size: int  # rows of the target embedding = columns of the output projection
@@ -43,6 +50,7 @@ class ModelConfig:
     bos_id: int = 1
     eos_id: int = 2
     unk_id: int = 3
+    architecture: str = "encoder-decoder"  # | "decoder-only" (GPT) | "encoder-only" (BERT)
 
     @property
     def d_head(self) -> int:
@@ -56,6 +64,11 @@ class ModelConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 out.append(f"{name} must be a positive integer, got {value!r}")
+        if isinstance(self.max_len, int) and 0 < self.max_len < MIN_MAX_LEN:
+            out.append(
+                f"max_len must be at least {MIN_MAX_LEN} (<s>, a token or two and </s>; the "
+                f"export traces 2 cached + 2 new positions), got {self.max_len}"
+            )
         for name in ("n_encoder_layers", "n_decoder_layers"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -75,11 +88,19 @@ class ModelConfig:
             ("positional", POSITIONAL_CHOICES),
             ("norm", NORM_CHOICES),
             ("activation", ACTIVATION_CHOICES),
+            ("architecture", ARCHITECTURE_CHOICES),
         ):
             if getattr(self, name) not in choices:
                 out.append(
                     f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}"
                 )
+        if self.architecture == "decoder-only" and self.src_vocab_size != self.tgt_vocab_size:
+            out.append(
+                "a decoder-only model has one vocabulary: src_vocab_size "
+                f"({self.src_vocab_size}) must equal tgt_vocab_size ({self.tgt_vocab_size})"
+            )
+        if self.architecture == "encoder-only" and self.tie_output:
+            out.append("tie_output needs a decoder; an encoder-only model's head has labels")
         if not isinstance(self.tie_output, bool):
             out.append(f"tie_output must be true or false, got {self.tie_output!r}")
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}

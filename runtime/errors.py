@@ -50,3 +50,11 @@ class ParityError(EdgeseqError):
 
 class MissingDependencyError(EdgeseqError):
     """A command needs an optional dependency (torch, onnx) that is not installed."""
+
+
+class InputFileError(EdgeseqError):
+    """An input file that is missing, a directory or unreadable."""
+
+
+class OutputPathError(EdgeseqError):
+    """An output path that cannot be written (below a file, read-only, no permission)."""

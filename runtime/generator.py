@@ -7,11 +7,17 @@
     for piece in gen.stream("abc"):                    # greedy or sampling, token by token
         print(piece, end="", flush=True)
 
-A source is its tokens plus `</s>`, as in training. Inputs are batched `batch_size` at a
-time, shortest first; results come back in input order. With `sample=True` each input draws
-from its own numpy Generator seeded by (seed, the input's token ids), so a seeded result
-depends only on the input and the options, not on batching, threads or the other inputs
-(identical inputs get identical samples; vary the seed for different draws).
+A source is its normalised tokens plus `</s>`, as in training. An input with no symbol of
+the source vocabulary after normalisation (empty, only whitespace, only unknown symbols) is
+not run: its Result has empty text and `skipped` "empty" or "unknown" (see `Source`).
+Batching is fixed by the input order alone: inputs are taken `batch_size` at a time, and the
+inputs of one group that are not skipped run as one engine batch; results come back in input
+order. The CLI and the server batch the same way, so equal inputs and options give equal
+outputs everywhere. With fp32 graphs the batch does not change a result; with int8 graphs
+it can (dynamic quantization scales activations per tensor, over the whole batch), which is
+why the policy is fixed. With `sample=True` each input draws from its own numpy Generator
+seeded by (seed, the input's token ids), so a seeded fp32 result depends only on the input
+and the options (identical inputs get identical samples; vary the seed for different draws).
 
 A `Generator` is safe to share between threads: onnxruntime sessions may run concurrently
 and every call keeps its state local.
@@ -55,6 +61,9 @@ class Source:
     ids: tuple[int, ...]
     truncated: bool  # tokens were cut to fit max_len
     unknown: tuple[str, ...]  # input symbols outside the source vocabulary (fed as <unk>)
+    # Why the input is not run: "empty" (no token after normalisation), "unknown" (every
+    # token is outside the vocabulary); None for an input the model runs.
+    skipped: str | None = None
 
     @property
     def sample_key(self) -> int:
@@ -83,8 +92,18 @@ class Result:
     score: float
     logprob: float
     finished: bool
-    nbest: tuple[Candidate, ...]  # best first; nbest[0] is the result itself
+    nbest: tuple[Candidate, ...]  # best first; nbest[0] is the result itself (empty if skipped)
     source: Source
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the input was not run ("empty", "unknown"), or None; see `Source.skipped`."""
+        return self.source.skipped
+
+    @classmethod
+    def skipped_result(cls, source: Source) -> Result:
+        """The Result of an input that is not run: empty text, no tokens, not finished."""
+        return cls("", (), 0.0, 0.0, False, (), source)
 
 
 class Generator:
@@ -177,8 +196,9 @@ class Generator:
         return self.bundle.tokenizers
 
     def encode(self, text: str, truncate: bool = False) -> Source:
-        """Token ids of `text` plus `</s>`. Longer than max_len: InputTooLongError, or with
-        `truncate` the tokens are cut so that tokens + `</s>` fill max_len."""
+        """Token ids of normalised `text` plus `</s>`. Longer than max_len:
+        InputTooLongError, or with `truncate` the tokens are cut so that tokens + `</s>` fill
+        max_len. No known symbol: a Source marked `skipped` (never too long)."""
         tokenizer = self.tokenizers.source
         encoding = tokenizer.hf.encode(text, add_special_tokens=False)
         ids = list(encoding.ids)
@@ -188,6 +208,9 @@ class Generator:
             if i == tokenizer.unk_id
         )
         limit = self.config.max_len
+        if not ids or all(i == tokenizer.unk_id for i in ids):
+            skipped = "unknown" if ids else "empty"
+            return Source((*ids[: limit - 1], self.config.eos_id), False, unknown, skipped)
         truncated = len(ids) + 1 > limit
         if truncated and not truncate:
             raise InputTooLongError(
@@ -207,8 +230,9 @@ class Generator:
     def generate(
         self, texts: Sequence[str], options: GenerationOptions | None = None
     ) -> list[Result]:
-        """One Result per text, in order. Raises InputTooLongError naming the first over-long
-        input (index from 0) unless options.truncate."""
+        """One Result per text, in order (batched as the module docstring says; skipped
+        inputs get `Result.skipped_result`). Raises InputTooLongError naming the first
+        over-long input (index from 0) unless options.truncate."""
         if isinstance(texts, str):
             raise OptionsError("generate() takes a list of texts; wrap a single text in [ ]")
         options = options or GenerationOptions()
@@ -219,10 +243,12 @@ class Generator:
             except InputTooLongError as exc:
                 raise InputTooLongError(f"input {index}: {exc}") from None
         graph = self.graph_search if self.uses_graph(options) else None
-        order = sorted(range(len(sources)), key=lambda i: len(sources[i].ids))
-        results: list[Result | None] = [None] * len(sources)
-        for start in range(0, len(order), options.batch_size):
-            rows = order[start : start + options.batch_size]
+        results = [Result.skipped_result(s) if s.skipped else None for s in sources]
+        for start in range(0, len(sources), options.batch_size):
+            group = range(start, min(start + options.batch_size, len(sources)))
+            rows = [i for i in group if results[i] is None]
+            if not rows:
+                continue
             batch = [sources[i] for i in rows]
             rngs = row_rngs(options, [s.sample_key for s in batch]) if options.sample else None
             if graph is not None:
@@ -254,6 +280,8 @@ class Generator:
                 "use beam_size=1 (greedy or sampling), or generate()"
             )
         source = self.encode(text, options.truncate)
+        if source.skipped:
+            return iter(())
         if options.sample:
             choose = sampling_chooser(options, row_rngs(options, [source.sample_key]))
         else:

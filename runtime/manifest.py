@@ -67,6 +67,11 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise BundleError(f"{path} is not valid JSON ({exc}); re-export the bundle") from None
+    if not isinstance(manifest, dict):
+        raise BundleError(f"{path} is not a JSON object; re-export the bundle")
+    for key in ("files", "variants"):
+        if not isinstance(manifest.get(key, {}), dict):
+            raise BundleError(f'{path}: "{key}" is not a JSON object; re-export the bundle')
     version = manifest.get("format_version")
     if not isinstance(version, int) or version > BUNDLE_FORMAT_VERSION:
         raise BundleError(

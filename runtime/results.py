@@ -5,8 +5,9 @@ returned by `edgeseq serve` (one serializer, so the two never drift apart).
     {"index": 1, "input": "abc", "output": "cba", "ids": [...], "tokens": [...], "score": ...,
      "logprob": ..., "finished": true, "truncated": false, "unknown": []}
 
-An empty input is not run: `result_json(2, "", None, target)` is
-`{"index": 2, "input": "", "output": "", "skipped": "empty"}`. With n-best > 1 the object
+An input with no known symbol is not run: for "" the object is
+`{"index": 2, "input": "", "output": "", "skipped": "empty"}` ("unknown" when every symbol
+is outside the vocabulary). With n-best > 1 the object
 gains `"nbest"`: a list of {"output", "ids", "score", "logprob"}, best first.
 """
 
@@ -20,10 +21,10 @@ from .tokenizer import Tokenizer
 
 def result_json(index: int, text: str, result: Result | None, target: Tokenizer) -> dict[str, Any]:
     """The JSON object for input number `index` (from 1) with text `text`; `result` None
-    means the input was empty and skipped. `target` names the output tokens."""
+    (or a skipped Result) means the input was not run. `target` names the output tokens."""
     out: dict[str, Any] = {"index": index, "input": text}
-    if result is None:
-        return out | {"output": "", "skipped": "empty"}
+    if result is None or result.skipped:
+        return out | {"output": "", "skipped": result.skipped if result else "empty"}
     out |= {
         "output": result.text,
         "ids": list(result.token_ids),

@@ -26,6 +26,11 @@ from .step import StepModel
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
 Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
 
+# Bounds on what one generate call may hold in memory: each live hypothesis carries its own
+# self-attention cache, so beam_size x batch_size hypotheses grow with both.
+MAX_BEAM = 128
+MAX_HYPOTHESES = 4096  # beam_size * batch_size
+
 
 @dataclass(frozen=True)
 class GenerationOptions:
@@ -40,7 +45,7 @@ class GenerationOptions:
     top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
     top_p: float = 1.0  # sampling: keep the smallest set with probability >= top_p, (0, 1]
     seed: int | None = None  # sampling: same seed + same input -> same output
-    batch_size: int = 32  # inputs per engine batch (does not change results)
+    batch_size: int = 32  # inputs per engine batch, in input order (int8: may change results)
     truncate: bool = False  # cut over-long sources to max_len instead of raising
 
     def __post_init__(self) -> None:
@@ -60,6 +65,17 @@ class GenerationOptions:
         both = _positive_int(self.n_best) and _positive_int(self.beam_size)
         if both and self.n_best > self.beam_size:
             out.append(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
+        if _positive_int(self.beam_size) and self.beam_size > MAX_BEAM:
+            out.append(f"beam_size {self.beam_size} is above the limit of {MAX_BEAM}: use less")
+        elif _positive_int(self.beam_size) and _positive_int(self.batch_size):
+            held = self.beam_size * self.batch_size
+            if held > MAX_HYPOTHESES:
+                fits = max(1, MAX_HYPOTHESES // self.beam_size)
+                out.append(
+                    f"beam_size x batch_size is {held} hypotheses held at once, at most "
+                    f"{MAX_HYPOTHESES}: lower batch_size to {fits} or less for beam_size "
+                    f"{self.beam_size}"
+                )
         if not isinstance(self.length_penalty, (int, float)) or not np.isfinite(
             self.length_penalty
         ):

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tokenizers, trainers
 from tokenizers import Tokenizer as HFTokenizer
 
 from .constants import BOS, EOS, PAD, SPECIAL_TOKENS, TOKENIZER_FILE, UNK
@@ -30,6 +30,13 @@ from .errors import TokenizerError
 from .padding import right_pad
 
 KINDS = ("char", "word", "bpe")
+# Normalisation steps a task may train with; they are stored in tokenizer.json's
+# "normalizer" (a Sequence in this order) and every runtime applies them before tokenizing.
+NORMALIZERS = {
+    "nfc": normalizers.NFC,
+    "strip": normalizers.Strip,
+    "lowercase": normalizers.Lowercase,
+}
 TARGET_TOKENIZER_FILE = "tokenizer.target.json"  # present only when target vocabulary differs
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"  # for transformers' PreTrainedTokenizerFast
 SPECIAL_ROLES = ("pad_token", "bos_token", "eos_token", "unk_token")  # order of SPECIAL_TOKENS
@@ -53,26 +60,35 @@ class Tokenizer:
 
     # -- construction ---------------------------------------------------------------------
     @classmethod
-    def train_char(cls, texts: Iterable[str]) -> Tokenizer:
-        """Character vocabulary of every character seen in `texts` (sorted)."""
-        chars = sorted({c for t in texts for c in t})
+    def train_char(cls, texts: Iterable[str], normalize: Sequence[str] = ()) -> Tokenizer:
+        """Character vocabulary of every character seen in `texts` after `normalize`
+        (names from NORMALIZERS, applied in order), sorted."""
+        normalizer = build_normalizer(normalize)
+        chars = sorted({c for t in _normalized(texts, normalizer) for c in t})
         hf = HFTokenizer(models.WordLevel(_vocab(chars), unk_token=UNK))
+        hf.normalizer = normalizer
         hf.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
         hf.decoder = decoders.Fuse()
         return cls(hf, "char")
 
     @classmethod
-    def train_word(cls, texts: Iterable[str]) -> Tokenizer:
-        """Vocabulary of whitespace-separated symbols seen in `texts` (sorted)."""
-        symbols = sorted({s for t in texts for s in t.split()})
+    def train_word(cls, texts: Iterable[str], normalize: Sequence[str] = ()) -> Tokenizer:
+        """Vocabulary of whitespace-separated symbols seen in `texts` after `normalize`."""
+        normalizer = build_normalizer(normalize)
+        symbols = sorted({s for t in _normalized(texts, normalizer) for s in t.split()})
         hf = HFTokenizer(models.WordLevel(_vocab(symbols), unk_token=UNK))
+        hf.normalizer = normalizer
         hf.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
         return cls(hf, "word")
 
     @classmethod
-    def train_bpe(cls, texts: Iterable[str], vocab_size: int = 8000) -> Tokenizer:
-        """Byte-pair encoding with `vocab_size` entries learned from `texts`."""
+    def train_bpe(
+        cls, texts: Iterable[str], vocab_size: int = 8000, normalize: Sequence[str] = ()
+    ) -> Tokenizer:
+        """Byte-pair encoding with `vocab_size` entries learned from `texts` after
+        `normalize`."""
         hf = HFTokenizer(models.BPE(unk_token=UNK))
+        hf.normalizer = build_normalizer(normalize)
         hf.pre_tokenizer = pre_tokenizers.Metaspace()
         hf.decoder = decoders.Metaspace()
         trainer = trainers.BpeTrainer(
@@ -82,14 +98,17 @@ class Tokenizer:
         return cls(hf, "bpe")
 
     @classmethod
-    def train(cls, kind: str, texts: Sequence[str], vocab_size: int = 8000) -> Tokenizer:
-        """Train a tokenizer of `kind` ("char", "word" or "bpe") on `texts`."""
+    def train(
+        cls, kind: str, texts: Sequence[str], vocab_size: int = 8000, normalize: Sequence[str] = ()
+    ) -> Tokenizer:
+        """Train a tokenizer of `kind` ("char", "word" or "bpe") on `texts`, normalised by
+        the steps `normalize` (names of NORMALIZERS) both now and whenever it encodes."""
         if kind == "char":
-            return cls.train_char(texts)
+            return cls.train_char(texts, normalize)
         if kind == "word":
-            return cls.train_word(texts)
+            return cls.train_word(texts, normalize)
         if kind == "bpe":
-            return cls.train_bpe(texts, vocab_size)
+            return cls.train_bpe(texts, vocab_size, normalize)
         raise TokenizerError(f"unknown tokenizer kind {kind!r}; use one of {', '.join(KINDS)}")
 
     # -- persistence ------------------------------------------------------------------------
@@ -120,6 +139,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         """Number of ids, specials included."""
         return self.hf.get_vocab_size(with_added_tokens=True)
+
+    def normalize(self, text: str) -> str:
+        """`text` as the tokenizer sees it: its normalizer applied (identity without one)."""
+        normalizer = self.hf.normalizer
+        return normalizer.normalize_str(text) if normalizer is not None else text
 
     def encode(self, text: str) -> list[int]:
         """Token ids of `text`, without special tokens; unknown symbols become `<unk>`."""
@@ -156,6 +180,25 @@ class Tokenizer:
         if token is None:
             raise TokenizerError(f"id {i} is outside the vocabulary of {self.vocab_size}")
         return token
+
+
+def build_normalizer(steps: Sequence[str]) -> normalizers.Normalizer | None:
+    """A `tokenizers` normalizer applying `steps` (names of NORMALIZERS) in order; None
+    for no step."""
+    unknown = [step for step in steps if step not in NORMALIZERS]
+    if unknown:
+        raise TokenizerError(
+            f"unknown normalisation {unknown}; use names from {', '.join(NORMALIZERS)}"
+        )
+    if not steps:
+        return None
+    return normalizers.Sequence([NORMALIZERS[step]() for step in steps])
+
+
+def _normalized(texts: Iterable[str], normalizer: normalizers.Normalizer | None) -> Iterable[str]:
+    if normalizer is None:
+        return texts
+    return (normalizer.normalize_str(t) for t in texts)
 
 
 def register_special_tokens(hf: HFTokenizer) -> None:
@@ -237,6 +280,7 @@ __all__ = [
     "BOS",
     "EOS",
     "KINDS",
+    "NORMALIZERS",
     "PAD",
     "TARGET_TOKENIZER_FILE",
     "TOKENIZER_CONFIG_FILE",

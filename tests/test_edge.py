@@ -2,10 +2,12 @@
 output for output equal to `edgeseq generate` on this machine.
 
 Marked `edge`. They run when `make edge` has built their cache (.edge-cache/npm for the
-browser, .edge-cache/arm64 for ARM64) or when EDGESEQ_EDGE=1 is set (then a missing cache is
-built: npm packages, an arm64 root filesystem and aarch64 wheels are downloaded); otherwise
-they skip with the reason. The model is the tests' tiny reversal bundle, so a run takes
-about a minute per target, most of it starting the browser or the emulated interpreter.
+browser, .edge-cache/arm64 for ARM64; $EDGESEQ_EDGE_CACHE names another) or when
+EDGESEQ_EDGE=1 is set (then a missing cache is built: npm packages, an arm64 root filesystem
+and aarch64 wheels are downloaded); otherwise they skip with the reason. The model is the
+tests' tiny reversal model: the two-graph loop on 203 inputs, and the one-graph search variant
+(fp32 and int8, greedy and beam 4) on 15, most of the time going to starting the browser or
+the emulated interpreter.
 """
 
 from __future__ import annotations
@@ -49,11 +51,12 @@ def words_file(tmp_path: Path, n: int = 200) -> Path:
     return path
 
 
-def x86_outputs(bundle: Path, words: Path) -> list[str]:
+def x86_outputs(bundle: Path, words: Path, *flags: str) -> list[str]:
     """`edgeseq generate` output lines on this machine."""
     edgeseq = Path(sys.executable).with_name("edgeseq")
     result = subprocess.run(
-        [str(edgeseq), "generate", str(bundle), "--input", str(words), "--provider", "cpu"],
+        [str(edgeseq), "generate", str(bundle), "--input", str(words), "--provider", "cpu",
+         *flags],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     return result.stdout.splitlines()
@@ -91,19 +94,61 @@ def test_browser_refuses_a_tampered_bundle(runtime_case, tmp_path: Path) -> None
     assert "tokenizer.json does not match its sha256 in manifest.json" in result.stderr
 
 
-def test_arm64_outputs_equal_x86(runtime_case, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("variant", "beams", "batch"), [("fp32", 1, 32), ("int8", 4, 4)])
+def test_browser_search_graph_equals_python(
+    search_bundle: Path, tmp_path: Path, variant: str, beams: int, batch: int
+) -> None:
+    """Bundle.generateInGraph in Chromium = `edgeseq generate --search graph`, with the CLI's
+    batches (int8's dynamic quantization makes an output depend on its batch)."""
+    need({"node": bool(shutil.which("node")), "chromium": bool(CHROMIUM)}, CACHE / "npm")
+    words = words_file(tmp_path, 12)
+    result = browser_check(search_bundle, words, tmp_path, "--variant", variant, "--search",
+                           "graph", "--beams", str(beams), "--batch-size", str(batch))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    got = (tmp_path / f"browser-search-{variant}.txt").read_text(encoding="utf-8").splitlines()
+    flags = ("--variant", variant, "--search", "graph", "--beam", str(beams))
+    want = x86_outputs(search_bundle, words, *flags, "--batch-size", str(batch))
+    assert len(want) == 15
+    assert got == want
+
+
+def test_browser_search_graph_needs_the_variant(runtime_case, tmp_path: Path) -> None:
+    need({"node": bool(shutil.which("node")), "chromium": bool(CHROMIUM)}, CACHE / "npm")
+    result = browser_check(runtime_case.bundle, words_file(tmp_path, 2), tmp_path / "out",
+                           "--search", "graph")  # fmt: skip
+    assert result.returncode == 1
+    assert "the bundle has no search graph for variant fp32" in result.stderr
+
+
+def arm64(bundle: Path, words: Path, out: Path, *variants: str) -> None:
+    """Run scripts/edge/arm64.sh (skipping unless qemu, debootstrap and its cache exist)."""
     tools = {
         "qemu-user-static": bool(shutil.which("qemu-aarch64-static")),
         "debootstrap": bool(shutil.which("debootstrap")),
     }
     need(tools, CACHE / "arm64" / "rootfs")
-    words = words_file(tmp_path)
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(
-        ["bash", "scripts/edge/arm64.sh", str(runtime_case.bundle), str(words), str(tmp_path),
-         "fp32"],
+        ["bash", "scripts/edge/arm64.sh", str(bundle), str(words), str(out), *variants],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=1800,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_arm64_outputs_equal_x86(runtime_case, tmp_path: Path) -> None:
+    words = words_file(tmp_path)
+    arm64(runtime_case.bundle, words, tmp_path, "fp32")
     got = (tmp_path / "arm64-fp32.txt").read_text(encoding="utf-8").splitlines()
     assert got == x86_outputs(runtime_case.bundle, words)
+
+
+def test_arm64_search_graph_equals_x86(search_bundle: Path, tmp_path: Path) -> None:
+    words = words_file(tmp_path, 12)
+    arm64(search_bundle, words, tmp_path, "search-fp32", "search-int8", "int8")
+    for variant, flags in [
+        ("search-fp32", ("--variant", "fp32", "--search", "graph")),
+        ("search-int8", ("--variant", "int8", "--search", "graph")),
+        ("int8", ("--variant", "int8", "--search", "loop")),
+    ]:
+        got = (tmp_path / f"arm64-{variant}.txt").read_text(encoding="utf-8").splitlines()
+        assert got == x86_outputs(search_bundle, words, *flags), variant

@@ -128,7 +128,8 @@ def test_config_that_disagrees_with_the_graphs_is_refused(bundle_copy: Path) -> 
     (bundle_copy / C.CONFIG_FILE).write_text(json.dumps(config))
     rehash(bundle_copy)
     load_bundle(bundle_copy)  # checksums and config are fine on their own
-    with pytest.raises(BundleError, match=r"do not belong together.*n_heads"):
+    root_cause = r"do not belong together: config\.json says n_heads 2 but the graphs say 4 "
+    with pytest.raises(BundleError, match=root_cause):
         Generator.load(bundle_copy, providers="cpu", threads=1)
 
 

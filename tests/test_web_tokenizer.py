@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Regex, normalizers, pre_tokenizers
 
-from edgeseq.runtime.tokenizer import Tokenizer
+from edgeseq.runtime.tokenizer import Tokenizer, build_normalizer
 
 NODE = shutil.which("node")
 pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is absent (apt install nodejs)")
@@ -38,6 +38,8 @@ TEXTS = [
     "",
     "straße",
     "123 ?!",
+    "\ufeffbom\u0085",  # U+FEFF is not White_Space, U+0085 is: String.trim disagrees
+    "\u3000wide\u2003",
 ]
 
 
@@ -62,6 +64,7 @@ NORMALIZERS = {
         [normalizers.Replace(Regex(r"\s+"), " "), normalizers.Prepend("^")]
     ),
     "strip-left": normalizers.Strip(left=True, right=False),
+    "g2p": build_normalizer(("nfc", "strip", "lowercase")),  # what the g2p task trains with
 }
 
 

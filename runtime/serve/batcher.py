@@ -13,8 +13,9 @@ free, whichever is later (so clients answered by the previous batch can join the
 It runs them as one call to `Generator.generate` with `batch_size=max_batch`: up to
 `max_batch` inputs (and `max_batch_tokens` source tokens, if set). A request with more inputs
 than `max_batch` runs alone, split into engine batches by `generate` itself. Requests whose
-options differ never share a batch. Merging does not change results: padding is masked, and
-a seeded sample depends only on its input and the options (docs/runtime.md). If a merged
+options differ never share a batch. With fp32 graphs merging does not change results:
+padding is masked, and a seeded sample depends only on its input and the options; with int8
+graphs it can (activations are quantized per tensor over the batch: docs/runtime.md). If a merged
 batch fails, each request in it is run again alone, so one bad request cannot fail the others.
 
 The queue is bounded in inputs: `submit` raises `QueueFullError` when a request would not fit
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field, replace
 
 from ..errors import EdgeseqError
 from ..generator import Generator, Result
-from ..search import GenerationOptions
+from ..search import MAX_HYPOTHESES, GenerationOptions
 
 
 class QueueFullError(EdgeseqError):
@@ -72,8 +73,9 @@ class Job:
 
 def options_key(options: GenerationOptions, max_batch: int) -> GenerationOptions:
     """What must be equal for two requests to share a batch: every option, with the
-    engine batch size set to the server's."""
-    return replace(options, batch_size=max_batch)
+    engine batch size set to the server's (lowered so that beam_size x batch_size stays
+    within MAX_HYPOTHESES)."""
+    return replace(options, batch_size=min(max_batch, MAX_HYPOTHESES // options.beam_size))
 
 
 def run_merged(

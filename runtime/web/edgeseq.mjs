@@ -5,6 +5,10 @@
 //   const bundle = await Bundle.load(ort, "./bundle/", { variant: "int8" });
 //   await bundle.generate("hello")                           // "HH AH0 L OW1"
 //
+//   // the one-graph search variant (`edgeseq export --variants fp32,int8,search`):
+//   const graph = await Bundle.load(ort, "./bundle/", { variant: "int8", search: "graph" });
+//   await graph.generateInGraph("hello", { beams: 4 })       // one session.run, no JS loop
+//
 // The bundle is the directory `edgeseq export` writes (docs/bundle.md): config.json,
 // manifest.json, tokenizer.json (and tokenizer.target.json), and the two graphs of the chosen
 // variant as the manifest names them. Every file is checked against the manifest's sha256 when
@@ -13,11 +17,16 @@
 // memory and cross_k.i / cross_v.i float32 [1, H, S, Dh]; decoder input_ids int64 [1, 1],
 // past_k.i / past_v.i [1, H, P, Dh], cross K/V, src_mask bool [1, S] -> logits [1, 1, V] and
 // present_k.i / present_v.i [1, H, P + 1, Dh]. Greedy: arg-max, lowest id on ties, as
-// runtime/search.py; one word at a time (batch 1).
+// runtime/search.py; one word at a time (batch 1). The search variant is one
+// com.microsoft.BeamSearch graph fed the inputs of docs/bundle.md ("The one-graph search
+// variant"); its hypotheses are re-ranked as runtime/graph_search.py re-ranks them.
 
 import { Tokenizer, TokenizerError } from "./tokenizer.mjs";
 
 export { Tokenizer, TokenizerError };
+
+/** Which graphs Bundle.load opens: the two-graph loop, the search graph, or both. */
+export const SEARCH_MODES = ["loop", "graph", "both"];
 
 export class BundleError extends Error {
   constructor(message) {
@@ -68,10 +77,15 @@ function ioNames(config, graph, side) {
 
 export class Bundle {
   /**
-   * Fetch and check a bundle and open its two graphs of `variant` (default "fp32").
-   * `ort` is the onnxruntime-web module; `baseUrl` the bundle directory's URL.
+   * Fetch and check a bundle and open the graphs of `variant` (default "fp32"): its two
+   * graphs for generate() with `search` "loop" (the default), its one-graph search file for
+   * generateInGraph() with "graph", all three with "both". `ort` is the onnxruntime-web
+   * module; `baseUrl` the bundle directory's URL.
    */
-  static async load(ort, baseUrl, { variant = "fp32", sessionOptions = {} } = {}) {
+  static async load(ort, baseUrl, { variant = "fp32", search = "loop", sessionOptions = {} } = {}) {
+    if (!SEARCH_MODES.includes(search)) {
+      throw new BundleError(`search is ${search}; use one of ${SEARCH_MODES.join(", ")}`);
+    }
     const base = baseUrl.endsWith("/") ? baseUrl : `${baseUrl}/`;
     const manifest = parseJSON(await fetchBytes(`${base}manifest.json`), "manifest.json");
     const entry = manifest.variants?.[variant];
@@ -100,22 +114,40 @@ export class Bundle {
         ? source
         : Tokenizer.fromJSON(parseJSON(await get(names.target), names.target));
     const options = { executionProviders: ["wasm"], ...sessionOptions };
-    const [encoder, decoder] = await Promise.all(
-      [entry.encoder, entry.decoder].map(async (file) =>
-        ort.InferenceSession.create(await get(file), options),
-      ),
-    );
-    return new Bundle(ort, config, source, target, encoder, decoder, { variant, verified: verify });
+    const open = async (file) => {
+      const bytes = await get(file);
+      try {
+        return await ort.InferenceSession.create(bytes, options);
+      } catch (err) {
+        throw new BundleError(`onnxruntime-web cannot load ${file}: ${err.message ?? err}`);
+      }
+    };
+    const files = search === "graph" ? [] : [entry.encoder, entry.decoder];
+    if (search !== "loop") {
+      const file = manifest.search?.[variant]?.file;
+      if (!file) {
+        throw new BundleError(
+          `the bundle has no search graph for variant ${variant}; export it with ` +
+            `--variants fp32,int8,search, or load it with search: "loop"`,
+        );
+      }
+      files.push(file);
+    }
+    const sessions = await Promise.all(files.map(open));
+    const [encoder, decoder] = search === "graph" ? [null, null] : sessions;
+    const graphs = { encoder, decoder, search: search === "loop" ? null : sessions.at(-1) };
+    return new Bundle(ort, config, source, target, graphs, { variant, search, verified: verify });
   }
 
-  constructor(ort, config, source, target, encoder, decoder, info) {
+  constructor(ort, config, source, target, graphs, info) {
     this.ort = ort;
     this.config = config;
     this.model = config.model;
     this.source = source;
     this.target = target;
-    this.encoder = encoder;
-    this.decoder = decoder;
+    this.encoder = graphs.encoder;
+    this.decoder = graphs.decoder;
+    this.searchGraph = graphs.search;
     this.info = info;
     this.encoderOut = ioNames(config, "encoder", "outputs");
     this.decoderIn = ioNames(config, "decoder", "inputs");
@@ -140,6 +172,9 @@ export class Bundle {
 
   /** Greedy output ids (without <s> and </s>) for source ids int64 [S]. */
   async greedyIds(srcIds) {
+    if (!this.decoder) {
+      throw new BundleError('the bundle was loaded with search: "graph"; use generateInGraph');
+    }
     const { Tensor } = this.ort;
     const S = srcIds.length;
     const H = this.model.n_heads;
@@ -192,5 +227,86 @@ export class Bundle {
   async generate(text) {
     if (!text) return "";
     return this.target.decode(await this.greedyIds(this.encode(text)));
+  }
+
+  /**
+   * Best output ids (without <s> and </s>) of each row of source ids from the search graph,
+   * in one run for all rows (right-padded with <pad>, masked): greedy for beams 1, else beam
+   * search ranked by logprob / length ** lengthPenalty, as runtime/graph_search.py ranks.
+   */
+  async searchIds(rows, { beams = 1, lengthPenalty = 1.0, maxNewTokens = null } = {}) {
+    if (!this.searchGraph) {
+      throw new BundleError(
+        'the bundle was loaded without its search graph; load it with search: "graph"',
+      );
+    }
+    if (!(Number.isInteger(beams) && beams >= 1)) {
+      throw new BundleError(`beams is ${beams}; use a positive integer`);
+    }
+    const { Tensor } = this.ort;
+    const B = rows.length;
+    const S = Math.max(...rows.map((row) => row.length));
+    const budget = Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
+    const int32 = (value) => new Tensor("int32", Int32Array.of(value), [1]);
+    const float32 = (value) => new Tensor("float32", Float32Array.of(value), [1]);
+    const ids = new Int32Array(B * S).fill(this.model.pad_id);
+    rows.forEach((row, r) => ids.set(row, r * S));
+    const mask = Int32Array.from(ids, (id) => (id !== this.model.pad_id ? 1 : 0));
+    const result = await this.searchGraph.run({
+      input_ids: new Tensor("int32", ids, [B, S]),
+      attention_mask: new Tensor("int32", mask, [B, S]),
+      max_length: int32(budget + 1), // the leading <s> counts
+      min_length: int32(0),
+      num_beams: int32(beams),
+      num_return_sequences: int32(beams), // every beam: re-ranked below
+      length_penalty: float32(lengthPenalty),
+      repetition_penalty: float32(1.0),
+    });
+    // sequences int32 [B, beams, T]: <s>, the tokens, then -1 (</s> left out). onnxruntime
+    // scores a hypothesis still open at the budget with one length unit more than a finished
+    // one; rescore every hypothesis as runtime/graph_search.py does and keep the best.
+    const { data, dims } = result.sequences;
+    const scores = result.sequences_scores.data;
+    const T = dims[2];
+    return rows.map((_, b) => {
+      let best = null;
+      for (let r = 0; r < beams; r++) {
+        const offset = (b * beams + r) * T;
+        const tokens = [];
+        for (let t = 1; t < T && data[offset + t] !== -1; t++) tokens.push(data[offset + t]);
+        const finished = tokens.length < budget ? 1 : 0;
+        const logprob = scores[b * beams + r] * (tokens.length + 1) ** lengthPenalty;
+        const score = logprob / Math.max(tokens.length + finished, 1) ** lengthPenalty;
+        if (best === null || score > best.score) best = { tokens, score };
+      }
+      return best.tokens;
+    });
+  }
+
+  /**
+   * Outputs from the one-graph search variant, as `edgeseq generate --search graph` gives
+   * them: greedy by default, beam search with `beams` > 1. `texts` is one text (-> its
+   * output) or an array (-> an array of outputs, in order), run as the CLI runs its input
+   * lines: chunks of `batchSize` in input order, each chunk's non-empty texts one batch sorted
+   * by length (with int8 graphs the batch can change a near-tied output, so the same batches
+   * give the same outputs). An empty text gives "" without running.
+   */
+  async generateInGraph(texts, { batchSize = 32, ...options } = {}) {
+    if (!Array.isArray(texts)) return (await this.generateInGraph([texts], options))[0];
+    const sources = texts.map((text) => (text ? this.encode(text) : null));
+    const out = texts.map(() => "");
+    for (let start = 0; start < texts.length; start += batchSize) {
+      const todo = [];
+      for (let i = start; i < Math.min(start + batchSize, texts.length); i++) {
+        if (sources[i]) todo.push(i);
+      }
+      if (todo.length === 0) continue;
+      todo.sort((a, b) => sources[a].length - sources[b].length); // stable, like sorted()
+      const best = await this.searchIds(todo.map((i) => sources[i]), options);
+      todo.forEach((i, k) => {
+        out[i] = this.target.decode(best[k]);
+      });
+    }
+    return out;
   }
 }

@@ -19,8 +19,18 @@ export class TokenizerError extends Error {
   }
 }
 
+// tokenizers' regexes (Oniguruma) read \s and \S as Unicode White_Space; JavaScript's \s
+// differs (it matches U+FEFF, not U+0085). Rewrite the unescaped ones.
+function oniguruma(source) {
+  return source.replace(/(?<=(?:^|[^\\])(?:\\\\)*)\\([sS])/g, (_, s) =>
+    s === "s" ? "\\p{White_Space}" : "\\P{White_Space}",
+  );
+}
+
 function patternRegex(pattern, where) {
-  if (pattern && typeof pattern.Regex === "string") return new RegExp(pattern.Regex, "gu");
+  if (pattern && typeof pattern.Regex === "string") {
+    return new RegExp(oniguruma(pattern.Regex), "gu");
+  }
   if (pattern && typeof pattern.String === "string") {
     return new RegExp(pattern.String.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "gu");
   }
@@ -47,7 +57,13 @@ export function buildNormalizer(spec) {
     case "Strip": {
       const left = spec.strip_left ?? true;
       const right = spec.strip_right ?? true;
-      return (s) => (left && right ? s.trim() : left ? s.trimStart() : right ? s.trimEnd() : s);
+      // Unicode White_Space, as tokenizers (Rust char::is_whitespace); String's trim
+      // differs (it strips U+FEFF and keeps U+0085).
+      return (s) => {
+        let out = left ? s.replace(/^\p{White_Space}+/u, "") : s;
+        out = right ? out.replace(/\p{White_Space}+$/u, "") : out;
+        return out;
+      };
     }
     case "StripAccents":
       return (s) => s.replace(/\p{Mn}/gu, "");
@@ -120,7 +136,7 @@ function splitBy(text, re, behavior, invert) {
 }
 
 const WORD_CHAR = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
-const WHITESPACE_WORDS = new RegExp(`[${WORD_CHAR}]+|[^${WORD_CHAR}\\s]+`, "gu");
+const WHITESPACE_WORDS = new RegExp(`[${WORD_CHAR}]+|[^${WORD_CHAR}\\p{White_Space}]+`, "gu");
 
 /** A function string -> string[] for a `pre_tokenizer` entry (null: the whole text). */
 export function buildPreTokenizer(spec) {
@@ -135,7 +151,7 @@ export function buildPreTokenizer(spec) {
       return (s) => splitBy(s, re, spec.behavior, Boolean(spec.invert)).filter((p) => p.length);
     }
     case "WhitespaceSplit":
-      return (s) => s.split(/\s+/u).filter((p) => p.length);
+      return (s) => s.split(/\p{White_Space}+/u).filter((p) => p.length);
     case "Whitespace":
       // tokenizers' \w+|[^\w\s]+ with Unicode \w (JavaScript's \w is ASCII only).
       return (s) => s.match(WHITESPACE_WORDS) ?? [];

@@ -3,6 +3,10 @@
 #
 #   scripts/edge/arm64.sh BUNDLE WORDS OUT_DIR [VARIANT ...]     # default variants: fp32 int8
 #
+# A VARIANT is a graph variant (fp32, int8: the two-graph loop, `--search loop`) or
+# search-fp32 / search-int8 (the bundle's one-graph search variant of that precision,
+# `--variant fp32 --search graph`).
+#
 # Builds once, and caches under $EDGESEQ_EDGE_CACHE (default .edge-cache/arm64):
 #   rootfs/  Debian bookworm arm64 (debootstrap --foreign --arch=arm64, python3 included); the
 #            downloaded packages are unpacked with dpkg-deb, so no binfmt_misc/chroot is needed
@@ -11,7 +15,8 @@
 # The wheels are installed once (by the host's pip, for aarch64) into rootfs/opt/edgeseq-deps.
 # Every run builds edgeseq's own wheel from this checkout and installs it (--no-deps) into a
 # temporary directory of its own, then runs, per variant, under qemu-aarch64-static -L rootfs:
-#   python3 -m edgeseq.cli.main generate BUNDLE --input WORDS --variant V  > OUT_DIR/arm64-V.txt
+#   python3 -m edgeseq.cli.main generate BUNDLE --input WORDS --variant V --search loop|graph
+#     > OUT_DIR/arm64-VARIANT.txt
 # and writes the seconds it took to OUT_DIR/arm64-V.seconds.
 #
 # The emulated CPU is $QEMU_CPU (default neoverse-n1: ARMv8.2 with dot product, the core of
@@ -135,10 +140,13 @@ trap 'rm -rf "$SITE"' EXIT
 install_edgeseq
 
 for variant in "${VARIANTS[@]}"; do
+  graph=${variant#search-}
+  search=loop
+  [[ $graph != "$variant" ]] && search=graph
   start=$(date +%s.%N)
   PYTHONPATH=$SITE/edgeseq:$DEPS PYTHONDONTWRITEBYTECODE=1 \
     qemu-aarch64-static -cpu "$QEMU_CPU" -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m edgeseq.cli.main \
-    generate "$BUNDLE" --input "$WORDS" --variant "$variant" --provider cpu \
+    generate "$BUNDLE" --input "$WORDS" --variant "$graph" --search "$search" --provider cpu \
     >"$OUT/arm64-$variant.txt"
   end=$(date +%s.%N)
   awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/arm64-$variant.seconds"

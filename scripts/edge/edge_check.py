@@ -1,26 +1,33 @@
 """Run one bundle on the edge targets and compare every output with x86-64 Python.
 
     python scripts/edge/edge_check.py                      # what `make edge` runs
-    python scripts/edge/edge_check.py --targets browser --variants fp32 --inputs 300
+    python scripts/edge/edge_check.py --targets browser --variants fp32,search-fp32 --inputs 20
 
 Inputs: the first N distinct words of the g2p task's test split (the shipped model's own
-held-out words), written to OUT/words.txt. Reference: `edgeseq generate BUNDLE --input
-words.txt --variant V` on this machine. Targets:
+held-out words), written to OUT/words.txt. Variants: fp32 and int8 are the two graphs driven
+by a decode loop (`edgeseq generate --search loop`); search-fp32 and search-int8 are the
+bundle's one-graph BeamSearch variant of that precision (`edgeseq generate --search graph`,
+greedy). Reference: that `edgeseq generate BUNDLE --input words.txt` command on this
+machine. Targets:
 
 - arm64: scripts/edge/arm64.sh (Debian arm64 root filesystem under qemu-aarch64-static, the
   aarch64 onnxruntime wheel, `edgeseq generate` there);
 - browser: scripts/edge/browser_check.mjs (runtime/web/ in headless Chromium, onnxruntime-web
-  wasm); it also saves the demo page's screenshot with --screenshot.
+  wasm: `Bundle.generate` for the loop, `Bundle.generateInGraph` for the search variant); it
+  also saves the demo page's screenshot with --screenshot.
 
 Prints one table row per target and variant: inputs, outputs identical to x86 (same variant),
-agreement with x86 fp32, and the seconds the target took for all inputs (emulated ARM64 and a
-wasm page are correctness checks, not speed measurements). Exits 1 when an fp32 row is not
-identical.
+agreement with x86 fp32 (the two-graph loop's output), and the seconds the target took for all
+inputs (emulated ARM64 and a wasm page are correctness checks, not speed measurements). A
+target that cannot load a graph (onnxruntime-web without an operator) gets a row saying so.
+Exits 1 when an fp32 row (loop or search graph) is not identical to x86, or an x86 search fp32
+row differs from the x86 loop.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +36,36 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 TARGETS = ("arm64", "browser")
+VARIANTS = ("fp32", "int8", "search-fp32", "search-int8")
+LABELS = {"arm64": "arm64 (qemu, python)", "browser": "browser (chromium, wasm)"}
+
+
+class UnsupportedError(Exception):
+    """A target cannot load the variant's graph (the message says why)."""
+
+
+def generate_flags(variant: str) -> list[str]:
+    """`edgeseq generate` flags of a table variant: fp32 -> loop, search-fp32 -> graph."""
+    if variant.startswith("search-"):
+        return ["--variant", variant.removeprefix("search-"), "--search", "graph"]
+    return ["--variant", variant, "--search", "loop"]
+
+
+def onnxruntime_web_version() -> str:
+    """The version of the onnxruntime-web package the browser check uses."""
+    modules = Path(os.environ.get("EDGESEQ_NODE_MODULES", node_modules()))
+    package = modules / "onnxruntime-web" / "package.json"
+    return json.loads(package.read_text())["version"] if package.is_file() else "?"
+
+
+def edge_cache() -> Path:
+    """The edge checks' cache: $EDGESEQ_EDGE_CACHE, else .edge-cache in the checkout."""
+    return Path(os.environ.get("EDGESEQ_EDGE_CACHE", REPO / ".edge-cache"))
+
+
+def node_modules() -> Path:
+    """Where scripts/edge/setup.sh installs the npm packages."""
+    return edge_cache() / "npm" / "node_modules"
 
 
 def test_words(n: int) -> list[str]:
@@ -44,21 +81,13 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def run(command: list[str], what: str) -> None:
-    """Run `command`; on failure print its stderr tail and exit with one line."""
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
-    if result.returncode != 0:
-        sys.stderr.write(result.stderr[-3000:])
-        sys.exit(f"error: {what} failed (exit {result.returncode}): {' '.join(command)}")
-
-
 def x86_reference(bundle: Path, words: Path, variant: str, out: Path) -> tuple[list[str], float]:
     """Outputs of `edgeseq generate` on this machine and the seconds it took."""
     edgeseq = Path(sys.executable).with_name("edgeseq")
     target = out / f"x86-{variant}.txt"
     start = time.perf_counter()
     result = subprocess.run(
-        [str(edgeseq), "generate", str(bundle), "--input", str(words), "--variant", variant,
+        [str(edgeseq), "generate", str(bundle), "--input", str(words), *generate_flags(variant),
          "--provider", "cpu"],
         capture_output=True, text=True,
     )  # fmt: skip
@@ -69,7 +98,8 @@ def x86_reference(bundle: Path, words: Path, variant: str, out: Path) -> tuple[l
 
 
 def run_target(target: str, bundle: Path, words: Path, variant: str, out: Path, shot: str | None):
-    """Run one target for one variant; return its output lines and seconds."""
+    """Run one target for one variant; return its output lines and seconds. Raises
+    UnsupportedError when the browser's onnxruntime-web cannot load the variant's graph."""
     if target == "arm64":
         env = {**os.environ, "PYTHON": sys.executable}
         cmd = ["bash", "scripts/edge/arm64.sh", str(bundle), str(words), str(out), variant]
@@ -78,11 +108,19 @@ def run_target(target: str, bundle: Path, words: Path, variant: str, out: Path, 
             sys.stderr.write(result.stderr[-3000:])
             sys.exit(f"error: arm64 check ({variant}) failed (exit {result.returncode})")
     else:
+        graph = variant.removeprefix("search-")
+        search = "loop" if graph == variant else "graph"
         cmd = ["node", "scripts/edge/browser_check.mjs", "--bundle", str(bundle), "--words",
-               str(words), "--out", str(out), "--variant", variant]  # fmt: skip
+               str(words), "--out", str(out), "--variant", graph, "--search", search]  # fmt: skip
         if shot:
             cmd += ["--screenshot", shot]
-        run(cmd, f"browser check ({variant})")
+        env = {"EDGESEQ_NODE_MODULES": str(node_modules()), **os.environ}
+        result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+        if result.returncode == 3:
+            raise UnsupportedError(result.stderr.strip().splitlines()[-1])
+        if result.returncode != 0:
+            sys.stderr.write(result.stderr[-3000:])
+            sys.exit(f"error: browser check ({variant}) failed (exit {result.returncode})")
     seconds = float((out / f"{target}-{variant}.seconds").read_text())
     return read_lines(out / f"{target}-{variant}.txt"), seconds
 
@@ -92,51 +130,94 @@ def same(a: list[str], b: list[str]) -> int:
     return sum(x == y for x, y in zip(a, b, strict=False)) if len(a) == len(b) else 0
 
 
+def label(variant: str) -> str:
+    """Table name of a variant: search-fp32 -> "search fp32"."""
+    return variant.replace("-", " ")
+
+
+def print_table(rows: list[tuple]) -> None:
+    """The Markdown table of docs/edge.md."""
+    header = ("target", "variant", "inputs", "identical to x86", "agrees with x86 fp32", "time")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "|".join("---" for _ in header) + "|")
+    for target, variant, n, identical, agree, seconds in rows:
+        if isinstance(identical, str):  # a target that cannot run the variant
+            print(f"| {target} | {label(variant)} | {n} | {identical} | - | - |")
+            continue
+        same_x86 = "reference" if identical is None else f"{identical}/{n}"
+        print(f"| {target} | {label(variant)} | {n} | {same_x86} | {agree}/{n} | {seconds:.1f} s |")
+
+
+def failures(rows: list[tuple]) -> list[str]:
+    """fp32 rows (loop or search graph) not identical to x86, and an x86 search fp32 row that
+    does not agree with the x86 loop."""
+    bad = []
+    for target, variant, n, identical, agree, _ in rows:
+        if variant not in ("fp32", "search-fp32") or isinstance(identical, str):
+            continue
+        if identical is not None and identical != n:
+            bad.append(f"{target} {label(variant)}: {identical}/{n} identical to x86")
+        if identical is None and agree != n:
+            bad.append(f"{target} {label(variant)}: {agree}/{n} equal to the x86 fp32 loop")
+    return bad
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the checks, print the table; 1 when an fp32 row differs."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=REPO / "bundles" / "g2p-en")
     parser.add_argument("--inputs", type=int, default=240, help="test words (default 240)")
     parser.add_argument("--targets", default="arm64,browser", help="arm64, browser or both")
-    parser.add_argument("--variants", default="fp32,int8", help="bundle variants to run")
-    parser.add_argument("--out", type=Path, default=REPO / ".edge-cache" / "out")
+    parser.add_argument(
+        "--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (default all)"
+    )
+    parser.add_argument("--out", type=Path, default=edge_cache() / "out")
     parser.add_argument("--screenshot", help="save the demo page's screenshot here (PNG)")
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     if unknown := sorted(set(targets) - set(TARGETS)):
         parser.error(f"unknown target {', '.join(unknown)}; use {', '.join(TARGETS)}")
     variants = [v for v in args.variants.split(",") if v]
-    if not (args.bundle / "manifest.json").is_file():
+    if unknown := sorted(set(variants) - set(VARIANTS)):
+        parser.error(f"unknown variant {', '.join(unknown)}; use {', '.join(VARIANTS)}")
+    manifest = args.bundle / "manifest.json"
+    if not manifest.is_file():
         sys.exit(f"error: no bundle at {args.bundle}; export one first (make edge does)")
+    search = json.loads(manifest.read_text()).get("search") or {}
+    if missing := [v for v in variants if v.startswith("search-") and v[7:] not in search]:
+        sys.exit(
+            f"error: {args.bundle} has no {', '.join(missing)} graph; export it with "
+            "--variants fp32,int8,search (make edge does)"
+        )
 
     args.out.mkdir(parents=True, exist_ok=True)
     words = args.out / "words.txt"
     words.write_text("".join(f"{w}\n" for w in test_words(args.inputs)), encoding="utf-8")
     reference = {}
     rows = []
-    for variant in variants:
+    for variant in dict.fromkeys(["fp32", *variants]):  # the fp32 loop: every row's yardstick
         reference[variant], seconds = x86_reference(args.bundle, words, variant, args.out)
-        n = len(reference[variant])
-        fp32_agree = same(reference[variant], reference.get("fp32", reference[variant]))
-        rows.append(("x86-64 (python)", variant, n, None, fp32_agree, seconds))
+        if variant in variants:
+            n = len(reference[variant])
+            agree = same(reference[variant], reference["fp32"])
+            rows.append(("x86-64 (python)", variant, n, None, agree, seconds))
     for target in targets:
         for variant in variants:
             shot = args.screenshot if variant == variants[0] else None
-            lines, seconds = run_target(target, args.bundle, words, variant, args.out, shot)
-            label = "arm64 (qemu, python)" if target == "arm64" else "browser (chromium, wasm)"
             ref = reference[variant]
-            fp32_agree = same(lines, reference.get("fp32", ref))
-            rows.append((label, variant, len(ref), same(lines, ref), fp32_agree, seconds))
+            try:
+                lines, seconds = run_target(target, args.bundle, words, variant, args.out, shot)
+            except UnsupportedError as exc:
+                print(f"{LABELS[target]} {label(variant)}: {exc}", file=sys.stderr)
+                reason = f"not supported by onnxruntime-web {onnxruntime_web_version()}"
+                rows.append((LABELS[target], variant, len(ref), reason, None, None))
+                continue
+            agree = same(lines, reference["fp32"])
+            rows.append((LABELS[target], variant, len(ref), same(lines, ref), agree, seconds))
 
-    header = ("target", "variant", "inputs", "identical to x86", "agrees with x86 fp32", "time")
-    print("| " + " | ".join(header) + " |")
-    print("|" + "|".join("---" for _ in header) + "|")
-    for label, variant, n, identical, agree, seconds in rows:
-        same_x86 = "reference" if identical is None else f"{identical}/{n}"
-        print(f"| {label} | {variant} | {n} | {same_x86} | {agree}/{n} | {seconds:.1f} s |")
-    failed = [r for r in rows if r[1] == "fp32" and r[3] is not None and r[3] != r[2]]
-    if failed:
-        print(f"error: {len(failed)} fp32 row(s) differ from x86; see {args.out}", file=sys.stderr)
+    print_table(rows)
+    if bad := failures(rows):
+        print(f"error: {'; '.join(bad)}; see {args.out}", file=sys.stderr)
         return 1
     return 0
 
