@@ -260,12 +260,19 @@ def synthetic_task(
 
 # -- tsv -----------------------------------------------------------------------------------
 def read_tsv(path: str | Path) -> list[Pair]:
-    """Pairs from `source<TAB>target` lines (empty lines skipped); DataError names file:line."""
+    """Pairs from UTF-8 `source<TAB>target` lines (empty lines skipped); DataError names
+    file:line for a malformed line or bytes that are not UTF-8."""
     path = Path(path)
+    if path.is_dir():
+        raise DataError(f"corpus {path} is a directory; pass a source<TAB>target file")
     if not path.is_file():
         raise DataError(f"corpus {path} does not exist; pass a source<TAB>target file")
+    try:
+        lines = path.open("rb")
+    except OSError as exc:
+        raise DataError(f"cannot read corpus {path}: {exc.strerror or exc}") from None
     pairs: list[Pair] = []
-    with path.open("rb") as lines:
+    with lines:
         for number, raw in enumerate(lines, start=1):
             try:
                 line = raw.decode("utf-8").rstrip("\r\n")

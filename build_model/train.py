@@ -20,7 +20,6 @@ dev exact match (ties: lower dev loss), OUT/epochs/NNN the weights after each of
 from __future__ import annotations
 
 import json
-import logging
 import math
 import shutil
 import time
@@ -33,20 +32,20 @@ from torch import Tensor
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from edgeseq.runtime.errors import ConfigError, DataError
+from edgeseq.runtime.atomic import check_writable
+from edgeseq.runtime.errors import ConfigError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .batching import collate
 from .checkpoint import restore_training, save_checkpoint
+from .coverage import training_examples
 from .distill import distillation_loss, load_teachers, teacher_logits
 from .evaluation import dev_metrics, plot_log
 from .model import Seq2SeqTransformer
 from .precision import warn_if_bf16_slow
 from .recipe import SCHEDULES, Recipe
 from .run import new_run, resumed_run
-from .tasks import Task, encode_pairs, make_batches
-
-logger = logging.getLogger(__name__)
+from .tasks import Task, make_batches
 
 
 def learning_rate(
@@ -143,29 +142,6 @@ def train(
     return summary
 
 
-def check_data(task: Task, kept: int, dropped: int, max_len: int) -> None:
-    """Refuse to train on nothing or to score on nothing (DataError saying what to change);
-    log a warning (shown on the console) when pairs are left out for length."""
-    if not task.dev:
-        raise DataError(
-            f"the dev split of task {task.name!r} is empty ({len(task.train)} train pairs): "
-            "about 5% of distinct sources land in dev by hash, so the corpus needs more pairs "
-            "(a few hundred at least) for a dev score"
-        )
-    if kept == 0:
-        raise DataError(
-            f"none of the {dropped} training pairs fits max_len {max_len} (with <s> or </s>); "
-            "raise max_len in the recipe or shorten the pairs"
-        )
-    if dropped:
-        share = dropped / (dropped + kept)
-        logger.warning(
-            "%d of %d training pairs (%.0f%%) are longer than max_len %d and are left out; "
-            "raise max_len in the recipe to keep them",
-            dropped, dropped + kept, 100 * share, max_len,
-        )  # fmt: skip
-
-
 class Trainer:
     """The state of one training call: model, optimizer, data, run state and log."""
 
@@ -185,8 +161,8 @@ class Trainer:
         self.out, self.state, self.epochs, self.progress = out, state, epochs, progress
         betas, eps = (0.9, 0.98), 1e-9
         self.optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=betas, eps=eps)
-        self.examples, dropped = encode_pairs(task.train, tokenizers, model.cfg.max_len)
-        check_data(task, len(self.examples), dropped, model.cfg.max_len)
+        # DataError when nothing fits or dev is empty; a warning counts pairs left out
+        self.examples, dropped = training_examples(task, tokenizers, model.cfg.max_len)
         self.lengths = [(len(s) + 1, len(t) + 1) for s, t in self.examples]
         self.steps = self.tokens = 0  # in this call
         self.train_s = 0.0  # seconds spent in training steps (evaluation excluded)
@@ -350,7 +326,7 @@ class _Log:
     """Appends one JSON object per line, with wall-clock time."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        check_writable(path)  # OutputPathError naming the cause; creates the run directory
         self.path = path
 
     def write(self, **record: Any) -> None:

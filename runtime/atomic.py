@@ -8,7 +8,11 @@ The block writes into `.NAME.tmp-PID-XXXX` next to the target. When it succeeds 
 directory replaces the target (whatever was there is moved aside, then deleted); when it
 raises (an error, a failed check, Ctrl-C) the temporary directory is deleted. A process
 killed mid-write leaves its temporary directory behind: the next write to the same target
-deletes every such sibling whose process is gone.
+deletes every such sibling whose process is gone (or is a zombie).
+
+A target that cannot be written (below a regular file, in a read-only or unwritable
+directory) raises `OutputPathError` before anything is written; `check_writable` runs the
+same checks up front, before slow work such as an export.
 """
 
 from __future__ import annotations
@@ -28,14 +32,19 @@ _TEMP = re.compile(r"\.(?P<name>.+)\.(?:tmp|old)-(?P<pid>\d+)-[0-9a-f]+")
 
 
 def _alive(pid: int) -> bool:
-    """Whether a process with this id exists (ours counts as alive)."""
+    """Whether a process with this id runs (ours counts; a zombie, killed but not yet reaped
+    by its parent, does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:  # exists, owned by someone else
-        return True
-    return True
+        pass
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:  # the process just ended, or no /proc (macOS): then os.kill's answer stands
+        return not Path("/proc").is_dir()
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def remove_stale_temporaries(target: Path) -> list[Path]:
@@ -72,6 +81,19 @@ def _why(target: Path, exc: OSError) -> str:
 
 def _sibling(target: Path, kind: str) -> Path:
     return target.parent / f".{target.name}.{kind}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def check_writable(target: str | Path) -> None:
+    """Raise OutputPathError unless `atomic_directory(target)` could write there: its parent
+    can be created and holds a new directory. Leaves only the created parent behind."""
+    target = Path(target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        probe = _sibling(target, "tmp")
+        probe.mkdir()
+        probe.rmdir()
+    except OSError as exc:
+        raise OutputPathError(f"cannot write {target}: {_why(target, exc)}") from None
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ length = tokens + 1 for `</s>` when finished. Beam search ranks by `score`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
 # self-attention cache, so beam_size x batch_size hypotheses grow with both.
 MAX_BEAM = 128
 MAX_HYPOTHESES = 4096  # beam_size * batch_size
+MAX_LENGTH_PENALTY = 10  # |length_penalty|: beyond it length ** penalty overflows or vanishes
 
 
 @dataclass(frozen=True)
@@ -76,15 +78,16 @@ class GenerationOptions:
                     f"{MAX_HYPOTHESES}: lower batch_size to {fits} or less for beam_size "
                     f"{self.beam_size}"
                 )
-        if not isinstance(self.length_penalty, (int, float)) or not np.isfinite(
-            self.length_penalty
-        ):
-            out.append(f"length_penalty must be a finite number, got {self.length_penalty!r}")
-        if not isinstance(self.temperature, (int, float)) or not 0 < self.temperature < np.inf:
+        if not _finite(self.length_penalty) or abs(self.length_penalty) > MAX_LENGTH_PENALTY:
+            out.append(
+                f"length_penalty must be a finite number, got {self.length_penalty!r}; use one "
+                f"in [-{MAX_LENGTH_PENALTY}, {MAX_LENGTH_PENALTY}] (usual: 0.6 to 2)"
+            )
+        if not _finite(self.temperature) or not self.temperature > 0:
             out.append(f"temperature must be a finite number > 0, got {self.temperature!r}")
         if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
             out.append(f"top_k must be an integer >= 0 (0: no limit), got {self.top_k!r}")
-        if not isinstance(self.top_p, (int, float)) or not 0.0 < self.top_p <= 1.0:
+        if not _finite(self.top_p) or not 0.0 < self.top_p <= 1.0:
             out.append(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             out.append(f"seed must be a non-negative integer, got {self.seed!r}")
@@ -111,6 +114,13 @@ class GenerationOptions:
 
 def _positive_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _finite(value: object) -> bool:
+    """A finite int or float (not a bool, NaN or infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 @dataclass(frozen=True)
