@@ -41,6 +41,12 @@ from .verify import check_parity, open_engine, random_sources, run_parity
 # (onnxruntime's version matrix); a higher value than listed falls back to the installed one.
 MIN_ORT_FOR_IR = {8: "1.14.0", 9: "1.15.0", 10: "1.18.0"}
 MIN_ORT_FOR_OPSET = {18: "1.14.0", 19: "1.15.0", 20: "1.17.0", 21: "1.18.0"}
+# Measured with the g2p-en bundle on each onnxruntime release (docs/bundle.md): the fused
+# graphs' MultiHeadAttention gives wrong outputs for padded batches before 1.21 (1.20.1
+# changed "hello" in a batch of three); BeamSearch refuses the search graph's two-input
+# encoder subgraph before 1.22 (1.21.1: "subgraph_t5_encoder ... expect 3 inputs").
+MIN_ORT_FUSED_ATTENTION = "1.21.0"
+MIN_ORT_SEARCH_GRAPH = "1.22.0"
 
 Progress = Callable[[str], None]
 
@@ -67,12 +73,15 @@ def exporter_versions() -> dict[str, str]:
     }
 
 
-def min_onnxruntime(opset: int, ir_version: int) -> str:
-    """Oldest onnxruntime that runs graphs of `opset` and `ir_version`."""
+def min_onnxruntime(opset: int, ir_version: int, fused: bool = False, search: bool = False) -> str:
+    """Oldest onnxruntime that runs graphs of `opset` and `ir_version`, with fused attention
+    (`fused`) and the one-graph search variant (`search`)."""
     installed = exporter_versions()["onnxruntime"]
     candidates = [
         MIN_ORT_FOR_IR.get(ir_version, installed),
         MIN_ORT_FOR_OPSET.get(opset, installed),
+        *([MIN_ORT_FUSED_ATTENTION] if fused else []),
+        *([MIN_ORT_SEARCH_GRAPH] if search else []),
     ]
     return max(candidates, key=version_key)
 
@@ -233,7 +242,9 @@ def _write_into(
     manifest = {
         "edgeseq_version": edgeseq_version(),
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "min_onnxruntime": min_onnxruntime(encoder.opset, encoder.ir_version),
+        "min_onnxruntime": min_onnxruntime(
+            encoder.opset, encoder.ir_version, fused=fuse, search=search is not None
+        ),
         "opset": encoder.opset,
         "ir_version": encoder.ir_version,
         "exporter": exporter_versions(),
