@@ -63,8 +63,15 @@ def build_builtin(
     try:
         staged = work / out.name
         names = ("fp32", *(name for name in keep if name != "fp32"))
+        # Standard operators: the wheel's bundle must run on every onnxruntime that
+        # pyproject.toml accepts (>= 1.18); fused attention needs 1.21 (docs/bundle.md).
         export_checkpoint(
-            checkpoint, staged, variants=VariantOptions(names), progress=print, force=True
+            checkpoint,
+            staged,
+            variants=VariantOptions(names),
+            progress=print,
+            force=True,
+            fuse=False,
         )
         manifest = slim_bundle(staged, keep)
         with atomic_directory(out) as tmp:

@@ -41,6 +41,12 @@ from .verify import check_parity, open_engine, random_sources, run_parity
 # (onnxruntime's version matrix); a higher value than listed falls back to the installed one.
 MIN_ORT_FOR_IR = {8: "1.14.0", 9: "1.15.0", 10: "1.18.0"}
 MIN_ORT_FOR_OPSET = {18: "1.14.0", 19: "1.15.0", 20: "1.17.0", 21: "1.18.0"}
+# Measured with the g2p-en bundle on each onnxruntime release (docs/bundle.md): the fused
+# graphs' MultiHeadAttention gives wrong outputs for padded batches before 1.21 (1.20.1
+# changed "hello" in a batch of three); BeamSearch refuses the search graph's two-input
+# encoder subgraph before 1.22 (1.21.1: "subgraph_t5_encoder ... expect 3 inputs").
+MIN_ORT_FUSED_ATTENTION = "1.21.0"
+MIN_ORT_SEARCH_GRAPH = "1.22.0"
 
 Progress = Callable[[str], None]
 
@@ -67,12 +73,15 @@ def exporter_versions() -> dict[str, str]:
     }
 
 
-def min_onnxruntime(opset: int, ir_version: int) -> str:
-    """Oldest onnxruntime that runs graphs of `opset` and `ir_version`."""
+def min_onnxruntime(opset: int, ir_version: int, fused: bool = False, search: bool = False) -> str:
+    """Oldest onnxruntime that runs graphs of `opset` and `ir_version`, with fused attention
+    (`fused`) and the one-graph search variant (`search`)."""
     installed = exporter_versions()["onnxruntime"]
     candidates = [
         MIN_ORT_FOR_IR.get(ir_version, installed),
         MIN_ORT_FOR_OPSET.get(opset, installed),
+        *([MIN_ORT_FUSED_ATTENTION] if fused else []),
+        *([MIN_ORT_SEARCH_GRAPH] if search else []),
     ]
     return max(candidates, key=version_key)
 
@@ -136,6 +145,7 @@ def export_bundle(
     max_new_tokens: int | None = None,
     variants: VariantOptions | None = None,
     progress: Progress | None = None,
+    fuse: bool = True,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
@@ -143,7 +153,9 @@ def export_bundle(
     texts for the report and, from a task, the references that give the variants' accuracy
     gates a task metric (export/heldout.py); without `held` LEVEL3_MIN_INPUTS random sources
     are used and the gates measure agreement with fp32 only. With `verify`, a parity failure
-    raises `ParityError`, a variant missing its gate `GateError`, and nothing is written."""
+    raises `ParityError`, a variant missing its gate `GateError`, and nothing is written.
+    `fuse` exports the graphs with fused attention (`com.microsoft` `MultiHeadAttention`,
+    fused projections); `fuse=False` writes standard ONNX operators only."""
     say = progress or (lambda _: None)
     out = Path(out)
     refuse_existing(out, force)
@@ -151,7 +163,7 @@ def export_bundle(
     with atomic_directory(out) as tmp:
         manifest = _write_into(
             model, tokenizers, tmp, task, held, opset, verify, max_new_tokens,
-            variants or VariantOptions(), say,
+            variants or VariantOptions(), say, fuse,
         )  # fmt: skip
         if (out.exists() or out.is_symlink()) and not force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
@@ -170,14 +182,15 @@ def _write_into(
     max_new_tokens: int | None,
     variants: VariantOptions,
     say: Progress,
+    fuse: bool,
 ) -> dict[str, Any]:
     """Every step of `export_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
-    say("export encoder")
-    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset)
+    say("export encoder" + (" (fused attention)" if fuse else ""))
+    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset, fuse)
     say(f"  {C.ENCODER_FILE}: {encoder.bytes / 1e6:.2f} MB in {encoder.seconds:.1f} s")
     say("export decoder")
-    decoder = export_decoder(model, directory / C.DECODER_FILE, opset)
+    decoder = export_decoder(model, directory / C.DECODER_FILE, opset, fuse)
     say(f"  {C.DECODER_FILE}: {decoder.bytes / 1e6:.2f} MB in {decoder.seconds:.1f} s")
     if (encoder.opset, encoder.ir_version) != (decoder.opset, decoder.ir_version):
         raise BundleError("encoder and decoder were exported with different opsets")
@@ -229,7 +242,9 @@ def _write_into(
     manifest = {
         "edgeseq_version": edgeseq_version(),
         "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "min_onnxruntime": min_onnxruntime(encoder.opset, encoder.ir_version),
+        "min_onnxruntime": min_onnxruntime(
+            encoder.opset, encoder.ir_version, fused=fuse, search=search is not None
+        ),
         "opset": encoder.opset,
         "ir_version": encoder.ir_version,
         "exporter": exporter_versions(),

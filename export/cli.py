@@ -80,6 +80,13 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     is_flag=True,
     help="int8: also quantize the output projection and the embeddings.",
 )
+@click.option(
+    "--fuse/--no-fuse",
+    default=True,
+    show_default=True,
+    help="Fused attention (onnxruntime's com.microsoft MultiHeadAttention) in the graphs; "
+    "--no-fuse writes standard ONNX operators only.",
+)
 def export(
     checkpoint: Path,
     out: Path,
@@ -90,6 +97,7 @@ def export(
     variant_names: str,
     max_metric_drop: float,
     quantize_all: bool,
+    fuse: bool,
 ) -> None:
     """Export CHECKPOINT to an ONNX bundle at --out, with parity evidence in its manifest."""
     start = time.perf_counter()
@@ -117,6 +125,7 @@ def export(
                 inputs=inputs,
                 variants=options,
                 progress=say,
+                fuse=fuse,
             )
         except GateError as exc:
             click.echo(format_attempts(exc.attempts))

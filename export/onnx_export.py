@@ -35,7 +35,8 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import EdgeseqError
 
-from .wrappers import OnnxDecoderStep, OnnxEncoder
+from .fused_ops import TRANSLATIONS
+from .wrappers import FusedDecoderStep, FusedEncoder, OnnxDecoderStep, OnnxEncoder
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
 EXAMPLE_SIZE = {C.BATCH: 2, C.SRC_LEN: 5, C.PAST_LEN: 3, C.NEW_LEN: 2}  # all >= 2: see above
@@ -138,7 +139,8 @@ def _export(
     output_names: tuple[str, ...],
     opset: int | None,
 ) -> onnx.ModelProto:
-    """Run the dynamo exporter quietly and return the in-memory model (weights embedded)."""
+    """Run the dynamo exporter quietly and return the in-memory model (weights embedded).
+    The fused wrappers' attention ops are translated by `fused_ops.TRANSLATIONS`."""
     if opset is not None and opset < MIN_OPSET:
         raise ExportError(f"opset {opset} is too old; use --opset {MIN_OPSET} or newer")
     with quiet_exporter(), torch.no_grad():
@@ -151,6 +153,7 @@ def _export(
             dynamic_shapes=dynamic_shapes,
             opset_version=opset,
             optimize=True,
+            custom_translation_table=TRANSLATIONS,
         )
         return program.model_proto
 
@@ -238,15 +241,17 @@ def strip_stack_traces(graph: onnx.GraphProto) -> None:
 
 
 def export_encoder(
-    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None
+    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None, fuse: bool = True
 ) -> GraphInfo:
-    """Write the encoder graph (see `OnnxEncoder`) to `path`."""
+    """Write the encoder graph to `path`: `FusedEncoder` (fused attention and projections)
+    or, with `fuse=False`, `OnnxEncoder` (standard ONNX operators only)."""
     cfg, dims, sizes = model.cfg, _dims(model.cfg), example_sizes(model.cfg)
     batch, src_len = sizes[C.BATCH], sizes[C.SRC_LEN]
     src_ids = torch.randint(len(C.SPECIAL_TOKENS), cfg.src_vocab_size, (batch, src_len))
     dynamic = {C.SRC_IDS: {0: dims[C.BATCH], 1: dims[C.SRC_LEN]}}
     names = (C.ENCODER_INPUTS, C.encoder_outputs(cfg.n_decoder_layers))
-    return _run(OnnxEncoder(model), (src_ids,), dynamic, names, cfg, "encoder", path, opset)
+    module = FusedEncoder(model) if fuse else OnnxEncoder(model)
+    return _run(module, (src_ids,), dynamic, names, cfg, "encoder", path, opset)
 
 
 def decoder_example(cfg: ModelConfig) -> tuple[Any, ...]:
@@ -271,9 +276,10 @@ def decoder_example(cfg: ModelConfig) -> tuple[Any, ...]:
 
 
 def export_decoder(
-    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None
+    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None, fuse: bool = True
 ) -> GraphInfo:
-    """Write the decoder-step graph (see `OnnxDecoderStep`) to `path`."""
+    """Write the decoder-step graph to `path`: `FusedDecoderStep` or, with `fuse=False`,
+    `OnnxDecoderStep` (standard ONNX operators only)."""
     cfg, dims = model.cfg, _dims(model.cfg)
     batch, src_len, past_len = dims[C.BATCH], dims[C.SRC_LEN], dims[C.PAST_LEN]
     layers = cfg.n_decoder_layers
@@ -289,4 +295,5 @@ def export_decoder(
     }
     args = decoder_example(cfg)
     names = (C.decoder_inputs(layers), C.decoder_outputs(layers))
-    return _run(OnnxDecoderStep(model), args, dynamic, names, cfg, "decoder", path, opset)
+    module = FusedDecoderStep(model) if fuse else OnnxDecoderStep(model)
+    return _run(module, args, dynamic, names, cfg, "decoder", path, opset)

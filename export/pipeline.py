@@ -66,9 +66,11 @@ def export_checkpoint(
     inputs: int = LEVEL3_MIN_INPUTS,
     variants: VariantOptions | None = None,
     progress: Progress | None = None,
+    fuse: bool = True,
 ) -> dict[str, Any]:
     """Export a checkpoint directory to a bundle at `out` with the `variants` (default fp32
-    only), each non-fp32 one gated on the same held-out inputs; return the manifest."""
+    only), each non-fp32 one gated on the same held-out inputs; return the manifest.
+    `fuse=False` exports graphs of standard ONNX operators only (see `export_bundle`)."""
     say = progress or (lambda _: None)
     refuse_existing(out, force)  # before the slow steps
     check_writable(out)
@@ -94,6 +96,7 @@ def export_checkpoint(
         verify=verify,
         variants=variants,
         progress=say,
+        fuse=fuse,
     )
 
 

@@ -11,7 +11,8 @@ and the positional table (an initializer read by Slice, which the quantizer neve
 
 Nodes are grouped by the module that produced them, read from the `namespace` metadata the
 dynamo exporter writes on every node ("... model.decoder_layers.1.self_attn.w_q ..." ->
-"decoder layer 1"); the cross-attention K/V projections of decoder layer N live in the
+"decoder layer 1"; the fused wrappers name their fused projections "decoder_layers.1" too,
+export/wrappers.py); the cross-attention K/V projections of decoder layer N live in the
 encoder graph but belong to "decoder layer N", so excluding a group affects both graphs.
 Weights without a layer fall into "other".
 
@@ -37,7 +38,7 @@ from edgeseq.runtime import constants as C
 WEIGHT_OPS = ("MatMul", "Gemm")
 OTHER_GROUP = "other"
 OUTPUT_GROUP = "output projection"
-LAYER_PATTERN = re.compile(r"model\.(encoder|decoder)_layers\.(\d+)")
+LAYER_PATTERN = re.compile(r"(?<![\w])(encoder|decoder)_layers\.(\d+)")
 # One scale per output channel: closer to fp32 than one per tensor at the same speed, for a
 # few more bytes (docs/bundle.md, "int8").
 PER_CHANNEL = True

@@ -13,9 +13,13 @@ V = tgt vocab.
 
 from __future__ import annotations
 
+import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from edgeseq.build_model.model import Seq2SeqTransformer
+
+from .fused_ops import cached_self_attention, padded_attention
 
 
 class OnnxEncoder(nn.Module):
@@ -82,3 +86,104 @@ class OnnxDecoderStep(nn.Module):
             input_ids, past_k, past_v, cross_k, cross_v, src_mask
         )
         return (logits, *present_k, *present_v)
+
+
+class FusedLinear(nn.Module):
+    """Linear layers of one input side by side: one weight (sum of outputs, D) and one bias,
+    concatenated from the model's layers when the wrapper is built (the model keeps its own).
+    """
+
+    def __init__(self, *linears: nn.Linear) -> None:
+        super().__init__()
+        self.register_buffer("weight", torch.cat([x.weight.detach() for x in linears], dim=0))
+        self.register_buffer("bias", torch.cat([x.bias.detach() for x in linears], dim=0))
+
+    def forward(self, x: Tensor) -> Tensor:
+        """(..., D) -> (..., sum of the layers' outputs)."""
+        return F.linear(x, self.weight, self.bias)
+
+
+class FusedEncoder(nn.Module):
+    """`OnnxEncoder`'s graph (same inputs, outputs and arithmetic) with fused operators.
+
+    Each self-attention is one Q/K/V projection (the three weights concatenated when the
+    wrapper is built) and one `padded_attention` (a `com.microsoft` `MultiHeadAttention` node
+    in ONNX); the cross-attention K and V of every decoder layer are one projection of the
+    memory per decoder layer. The model itself keeps its separate w_q/w_k/w_v.
+    """
+
+    def __init__(self, model: Seq2SeqTransformer) -> None:
+        super().__init__()
+        self.model = model
+        # Named like the model's layer lists: int8 groups weights by these module paths
+        # (export/quantize.py), so decoder layer i's cross K/V stays in its group.
+        attns = [layer.self_attn for layer in model.encoder_layers]
+        self.encoder_layers = nn.ModuleList(FusedLinear(a.w_q, a.w_k, a.w_v) for a in attns)
+        cross = [layer.cross_attn for layer in model.decoder_layers]
+        self.decoder_layers = nn.ModuleList(FusedLinear(a.w_k, a.w_v) for a in cross)
+
+    def forward(self, src_ids: Tensor) -> tuple[Tensor, ...]:
+        """src_ids (B, S) -> memory (B, S, D), L cross_k then L cross_v (B, H, S, dh)."""
+        model, cfg = self.model, self.model.cfg
+        keep = model.source_keep(src_ids).to(torch.int32)  # (B, S)
+        x = model.dropout(model.src_pos(model.src_embed(src_ids)))
+        for i, layer in enumerate(model.encoder_layers):
+            h = layer.sub_attn.inner(x)
+            q, k, v = self.encoder_layers[i](h).split(cfg.d_model, dim=-1)
+            attn = padded_attention(q, k, v, keep, cfg.n_heads)
+            x = layer.sub_attn.outer(x, layer.self_attn.w_o(attn))
+            x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
+        memory = model.encoder_norm(x) if model.encoder_norm is not None else x
+        b, s, _ = memory.shape
+        cross_k, cross_v = [], []
+        for project in self.decoder_layers:
+            kv = project(memory).reshape(b, s, 2, cfg.n_heads, cfg.d_head)
+            k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # two (B, H, S, dh)
+            cross_k.append(k)
+            cross_v.append(v)
+        return (memory, *cross_k, *cross_v)
+
+
+class FusedDecoderStep(nn.Module):
+    """`OnnxDecoderStep`'s graph (same inputs, outputs and arithmetic) with fused operators.
+
+    Self-attention is one Q/K/V projection and one `cached_self_attention` (a
+    `MultiHeadAttention` node that appends the new keys and values to the cache itself);
+    cross-attention is the query projection and one `padded_attention` over the encoder's
+    per-head K/V.
+    """
+
+    def __init__(self, model: Seq2SeqTransformer) -> None:
+        super().__init__()
+        self.model = model
+        attns = [layer.self_attn for layer in model.decoder_layers]
+        self.decoder_layers = nn.ModuleList(FusedLinear(a.w_q, a.w_k, a.w_v) for a in attns)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        past_k: tuple[Tensor, ...],
+        past_v: tuple[Tensor, ...],
+        cross_k: tuple[Tensor, ...],
+        cross_v: tuple[Tensor, ...],
+        src_mask: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
+        model, cfg = self.model, self.model.cfg
+        keep = src_mask.to(torch.int32)  # (B, S)
+        x = model.dropout(model.tgt_pos(model.tgt_embed(input_ids), offset=past_k[0].shape[2]))
+        present_k, present_v = [], []
+        for i, layer in enumerate(model.decoder_layers):
+            h = layer.sub_self.inner(x)
+            q, k, v = self.decoder_layers[i](h).split(cfg.d_model, dim=-1)
+            attn, k, v = cached_self_attention(q, k, v, past_k[i], past_v[i], cfg.n_heads)
+            present_k.append(k)
+            present_v.append(v)
+            x = layer.sub_self.outer(x, layer.self_attn.w_o(attn))
+            q = layer.cross_attn.w_q(layer.sub_cross.inner(x))
+            attn = padded_attention(q, cross_k[i], cross_v[i], keep, cfg.n_heads)
+            x = layer.sub_cross.outer(x, layer.cross_attn.w_o(attn))
+            x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
+        if model.decoder_norm is not None:
+            x = model.decoder_norm(x)
+        return (model.output(x), *present_k, *present_v)

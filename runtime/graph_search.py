@@ -27,6 +27,7 @@ from . import constants as C
 from .bundle import Bundle
 from .config import ModelConfig
 from .errors import BundleError, OptionsError
+from .providers import DISABLED_OPTIMIZERS
 from .search import (
     GenerationOptions,
     Hypothesis,
@@ -85,7 +86,9 @@ class GraphSearch:
         if path is None:
             return None
         try:
-            session = ort.InferenceSession(str(path), options, providers=providers)
+            session = ort.InferenceSession(
+                str(path), options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS
+            )
         except Exception as exc:  # onnxruntime raises its own exception types
             raise BundleError(f"onnxruntime cannot load {path}: {exc}") from None
         return cls(session, bundle.config)

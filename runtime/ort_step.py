@@ -20,6 +20,7 @@ import onnxruntime as ort
 
 from . import constants as C
 from .config import ModelConfig
+from .providers import DISABLED_OPTIMIZERS
 
 Layers = tuple[np.ndarray, ...]  # one (B, H, T, dh) array per decoder layer
 
@@ -75,8 +76,13 @@ class OrtStep:
     ) -> OrtStep:
         """Open both graphs with `providers` (default: CPU)."""
         providers = providers or ["CPUExecutionProvider"]
-        encoder = ort.InferenceSession(str(encoder_path), options, providers=providers)
-        decoder = ort.InferenceSession(str(decoder_path), options, providers=providers)
+        disabled = DISABLED_OPTIMIZERS
+        encoder = ort.InferenceSession(
+            str(encoder_path), options, providers=providers, disabled_optimizers=disabled
+        )
+        decoder = ort.InferenceSession(
+            str(decoder_path), options, providers=providers, disabled_optimizers=disabled
+        )
         return cls(encoder, decoder, config)
 
     def empty_cache(self, batch: int, dtype: type) -> Layers:

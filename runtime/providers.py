@@ -48,6 +48,10 @@ PROVIDER_ENV = "EDGESEQ_PROVIDER"
 NVIDIA_DEVICE_GLOB = "/dev/nvidia[0-9]*"  # one node per GPU, created by the NVIDIA driver
 NVIDIA_DRIVER_FILE = "/proc/driver/nvidia/version"  # present while the driver is loaded
 Providers = str | Sequence[str | tuple[str, dict[str, Any]]] | None
+# onnxruntime graph optimizations every edgeseq session leaves out because they made the
+# bundles' graphs slower: SkipLayerNormFusion (residual Add + LayerNormalization into one
+# node) cost 10-30% of tokens/s on the fused g2p-en graphs, fp32 and int8 (docs/bench.md).
+DISABLED_OPTIMIZERS = ("SkipLayerNormFusion",)
 OPTIMIZATION_LEVELS = {
     "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
     "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
@@ -178,7 +182,9 @@ def create_session(
 ) -> ort.InferenceSession:
     """An InferenceSession for the graph at `path`; load failures become BundleError."""
     try:
-        return ort.InferenceSession(str(path), options, providers=providers)
+        return ort.InferenceSession(
+            str(path), options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS
+        )
     except Exception as exc:  # onnxruntime raises its own exception types
         raise BundleError(f"onnxruntime cannot load {path}: {exc}") from None
 
