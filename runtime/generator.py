@@ -109,6 +109,8 @@ class Result:
 class Generator:
     """A loaded bundle and its step model; `generate` and `stream` text."""
 
+    runs_empty_input = False  # an empty text has nothing to read (a GPT continues "" from <s>)
+
     def __init__(
         self,
         bundle: Bundle,

@@ -78,6 +78,8 @@ def load_lm(
 class GPTGenerator(Generator):
     """Continues prompts with a GPT bundle; the search code is the encoder–decoder's."""
 
+    runs_empty_input = True
+
     def encode(self, text: str, truncate: bool = False) -> Source:
         """Token ids of the normalised prompt (no `<s>`, no `</s>`; may be empty). The
         prompt and `<s>` must leave the positional table room for one new token:

@@ -190,3 +190,24 @@ def test_onnxruntime_genai_equals_edgeseq_generate(gpt: GPTGenerator, gpt_case) 
             generator.generate_next_token()
         got = [int(t) for t in generator.get_sequence(0)][1 + len(ids) :]
         assert [t for t in got if t != cfg.eos_id] == row["ids"], prompt
+
+
+def test_serve_answers_gpt_and_bert_like_the_api(gpt: GPTGenerator, bert: BertClassifier) -> None:
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    from serve_client import generate, running
+
+    from edgeseq.runtime.results import result_json
+    from edgeseq.runtime.serve.app import create_app
+
+    for model, texts, options in (
+        (gpt, PROMPTS, {"beam_size": 2}),
+        (bert, ["banana", "photograph"], {}),
+    ):
+        with running(create_app(model)) as port:
+            status, body = generate(port, texts, options)
+        assert status == 200, body
+        results = model.generate(texts, GenerationOptions(**options))
+        target = model.tokenizers.target
+        pairs = enumerate(zip(texts, results, strict=True), start=1)
+        want = [result_json(i, text, result, target) for i, (text, result) in pairs]
+        assert body["results"] == want

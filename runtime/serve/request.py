@@ -8,7 +8,7 @@ Request body (JSON):
 
 Answer: `{"results": [...]}`, one object per input in order, each exactly what
 `edgeseq generate --json` prints for it (runtime/results.py): `index` counts from 1, and an
-empty input is not run (`"skipped": "empty"`).
+empty input is not run (`"skipped": "empty"`), except by a GPT bundle, which continues it.
 
 Refusals raise `RequestError` carrying the HTTP status: 400 (body is not JSON), 413 (too many
 inputs, an input with too many characters, a body too large), 422 (wrong types, unknown or
@@ -91,7 +91,7 @@ def parse_generate(body: bytes, generator: Generator, limits: Limits) -> Generat
                 413, f"input {index} has {len(text)} characters, at most {limits.max_chars}"
             )
     options = parse_options(payload.get("options", {}))
-    to_run = [i for i, text in enumerate(inputs) if text]
+    to_run = [i for i, text in enumerate(inputs) if text or generator.runs_empty_input]
     tokens = 0
     for i in to_run:
         try:
