@@ -232,12 +232,17 @@ class Batcher:
             self.generator, [(job.texts, job.options) for job in batch], self.settings.max_batch
         )
         seconds = time.perf_counter() - started
-        generated = 0
+        generated = sum(
+            len(r.token_ids) + r.finished
+            for outcome in outcomes
+            if not isinstance(outcome, Exception)
+            for r in outcome
+        )
+        # Metrics first: a client that has its answer then finds the batch counted.
+        if self.on_batch is not None:
+            self.on_batch(sum(len(job.texts) for job in batch), generated, seconds)
         for job, outcome in zip(batch, outcomes, strict=True):
             if isinstance(outcome, Exception):
                 job.future.set_exception(outcome)
             else:
-                generated += sum(len(r.token_ids) + r.finished for r in outcome)
                 job.future.set_result(outcome)
-        if self.on_batch is not None:
-            self.on_batch(sum(len(job.texts) for job in batch), generated, seconds)
