@@ -206,10 +206,9 @@ class Generator:
         """Source and target tokenizers."""
         return self.bundle.tokenizers
 
-    def encode(self, text: str, truncate: bool = False) -> Source:
-        """Token ids of normalised `text` plus `</s>`. Longer than max_len:
-        InputTooLongError, or with `truncate` the tokens are cut so that tokens + `</s>` fill
-        max_len. No known symbol: a Source marked `skipped` (never too long)."""
+    def tokenize(self, text: str) -> tuple[list[int], tuple[str, ...]]:
+        """Source token ids of normalised `text` (no special tokens) and the input symbols
+        that became `<unk>` (as the model sees them, "?" where a symbol has no span)."""
         tokenizer = self.tokenizers.source
         encoding = tokenizer.hf.encode(text, add_special_tokens=False)
         ids = list(encoding.ids)
@@ -218,8 +217,15 @@ class Generator:
             for i, (start, end) in zip(ids, encoding.offsets, strict=True)
             if i == tokenizer.unk_id
         )
+        return ids, unknown
+
+    def encode(self, text: str, truncate: bool = False) -> Source:
+        """Token ids of normalised `text` plus `</s>`. Longer than max_len:
+        InputTooLongError, or with `truncate` the tokens are cut so that tokens + `</s>` fill
+        max_len. No known symbol: a Source marked `skipped` (never too long)."""
+        ids, unknown = self.tokenize(text)
         limit = self.config.max_len
-        if not ids or all(i == tokenizer.unk_id for i in ids):
+        if not ids or len(unknown) == len(ids):
             skipped = "unknown" if ids else "empty"
             return Source((*ids[: limit - 1], self.config.eos_id), False, unknown, skipped)
         truncated = len(ids) + 1 > limit

@@ -85,15 +85,8 @@ class GPTGenerator(Generator):
         prompt and `<s>` must leave the positional table room for one new token:
         InputTooLongError, or with `truncate` the prompt's last tokens are kept. A prompt
         of unknown symbols only is `skipped` "unknown"."""
-        tokenizer = self.tokenizers.source
-        encoding = tokenizer.hf.encode(text, add_special_tokens=False)
-        ids = list(encoding.ids)
-        unknown = tuple(
-            text[start:end] or "?"
-            for i, (start, end) in zip(ids, encoding.offsets, strict=True)
-            if i == tokenizer.unk_id
-        )
-        if ids and all(i == tokenizer.unk_id for i in ids):
+        ids, unknown = self.tokenize(text)
+        if ids and len(unknown) == len(ids):
             return Source((), False, unknown, "unknown")
         limit = self.config.max_len - 2  # <s>, the prompt and one new token
         truncated = len(ids) > limit

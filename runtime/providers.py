@@ -190,16 +190,15 @@ def create_session(
 
 
 def open_listed(
-    encoder_path: str | Path,
-    decoder_path: str | Path,
+    paths: Sequence[str | Path],
     providers: list[str | tuple[str, dict[str, Any]]],
     options: ort.SessionOptions,
-) -> tuple[ort.InferenceSession, ort.InferenceSession, str]:
+) -> tuple[list[ort.InferenceSession], str]:
     """Sessions on an explicit provider list; ProviderError unless the first is active.
     The device is "cuda", "cpu" or the active provider's name."""
     first = providers[0][0] if isinstance(providers[0], tuple) else providers[0]
     sessions = []
-    for path in (encoder_path, decoder_path):
+    for path in paths:
         session = create_session(path, list(providers), options)
         active = session.get_providers()
         if first not in active:
@@ -209,8 +208,46 @@ def open_listed(
                 "says why it did not start), or list another provider first"
             )
         sessions.append(session)
-    device = {CUDA_EP: "cuda", CPU_EP: "cpu"}.get(first, first)
-    return sessions[0], sessions[1], device
+    return sessions, {CUDA_EP: "cuda", CPU_EP: "cpu"}.get(first, first)
+
+
+def open_graphs(
+    paths: Sequence[str | Path],
+    providers: Providers = None,
+    threads: int | None = None,
+    optimization: str = "all",
+    device_id: int = 0,
+) -> tuple[list[ort.InferenceSession], str]:
+    """Open the graphs at `paths` on one device; return their sessions and the active device
+    ("cuda", "cpu", or the first listed provider's name). `providers` is a choice, a list of
+    onnxruntime providers, or None ($EDGESEQ_PROVIDER, else "auto"): see the module
+    docstring. With "auto" or "cuda", every graph must run on CUDA, else all run on the CPU
+    ("auto", with a warning) or ProviderError ("cuda")."""
+    choice = check_providers(providers)
+    options = session_options(threads, optimization)
+    if not isinstance(choice, str):
+        return open_listed(paths, choice, options)
+    cpu = [CPU_EP]
+    if choice == "cpu" or (choice == "auto" and not gpu_present()):
+        return [create_session(path, cpu, options) for path in paths], "cpu"
+    cuda = [(CUDA_EP, {"device_id": device_id}), CPU_EP]
+    if CUDA_EP in ort.get_available_providers() and cuda_library_error() is None:
+        sessions = []
+        for path in paths:
+            session = create_session(path, cuda, options)
+            if CUDA_EP not in session.get_providers():
+                break
+            sessions.append(session)
+        else:
+            return sessions, "cuda"
+    reason = cuda_unavailable_reason()
+    if choice == "cuda":
+        raise ProviderError(
+            f"provider 'cuda' was asked for but CUDA is not active: {reason}. "
+            "Use provider 'cpu' (or 'auto' to fall back with a warning)."
+        )
+    logger.warning("CUDA is not available, running on CPU: %s", reason)
+    return [create_session(path, cpu, options) for path in paths], "cpu"
 
 
 def open_sessions(
@@ -221,40 +258,12 @@ def open_sessions(
     optimization: str = "all",
     device_id: int = 0,
 ) -> tuple[ort.InferenceSession, ort.InferenceSession, str]:
-    """Open the encoder and decoder graphs; return both sessions and the active device
-    ("cuda", "cpu", or the first listed provider's name). `providers` is a choice, a list of
-    onnxruntime providers, or None ($EDGESEQ_PROVIDER, else "auto"): see the module
-    docstring."""
-    choice = check_providers(providers)
-    options = session_options(threads, optimization)
-    if not isinstance(choice, str):
-        return open_listed(encoder_path, decoder_path, choice, options)
-    cpu = [CPU_EP]
-    if choice == "cpu" or (choice == "auto" and not gpu_present()):
-        return (
-            create_session(encoder_path, cpu, options),
-            create_session(decoder_path, cpu, options),
-            "cpu",
-        )
-    cuda = [(CUDA_EP, {"device_id": device_id}), CPU_EP]
-    if CUDA_EP in ort.get_available_providers() and cuda_library_error() is None:
-        encoder = create_session(encoder_path, cuda, options)
-        if CUDA_EP in encoder.get_providers():
-            decoder = create_session(decoder_path, cuda, options)
-            if CUDA_EP in decoder.get_providers():
-                return encoder, decoder, "cuda"
-    reason = cuda_unavailable_reason()
-    if choice == "cuda":
-        raise ProviderError(
-            f"provider 'cuda' was asked for but CUDA is not active: {reason}. "
-            "Use provider 'cpu' (or 'auto' to fall back with a warning)."
-        )
-    logger.warning("CUDA is not available, running on CPU: %s", reason)
-    return (
-        create_session(encoder_path, cpu, options),
-        create_session(decoder_path, cpu, options),
-        "cpu",
+    """Open the encoder and decoder graphs (`open_graphs`); return both sessions and the
+    active device."""
+    (encoder, decoder), device = open_graphs(
+        (encoder_path, decoder_path), providers, threads, optimization, device_id
     )
+    return encoder, decoder, device
 
 
 def open_session(
@@ -264,25 +273,7 @@ def open_session(
     optimization: str = "all",
     device_id: int = 0,
 ) -> tuple[ort.InferenceSession, str]:
-    """Open one graph (a GPT or BERT bundle's model.onnx) as `open_sessions` opens two;
-    return the session and its active device."""
-    choice = check_providers(providers)
-    options = session_options(threads, optimization)
-    if not isinstance(choice, str):
-        session, _, device = open_listed(path, path, choice, options)
-        return session, device
-    if choice == "cpu" or (choice == "auto" and not gpu_present()):
-        return create_session(path, [CPU_EP], options), "cpu"
-    cuda = [(CUDA_EP, {"device_id": device_id}), CPU_EP]
-    if CUDA_EP in ort.get_available_providers() and cuda_library_error() is None:
-        session = create_session(path, cuda, options)
-        if CUDA_EP in session.get_providers():
-            return session, "cuda"
-    reason = cuda_unavailable_reason()
-    if choice == "cuda":
-        raise ProviderError(
-            f"provider 'cuda' was asked for but CUDA is not active: {reason}. "
-            "Use provider 'cpu' (or 'auto' to fall back with a warning)."
-        )
-    logger.warning("CUDA is not available, running on CPU: %s", reason)
-    return create_session(path, [CPU_EP], options), "cpu"
+    """Open one graph (a GPT or BERT bundle's model.onnx, `open_graphs`); return its session
+    and the active device."""
+    (session,), device = open_graphs((path,), providers, threads, optimization, device_id)
+    return session, device
