@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from edgeseq.runtime import lm_constants as L
+from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import Bundle
-from edgeseq.runtime.lm import check_lm_graph
-from edgeseq.runtime.lm_step import OrtGPTStep
+from edgeseq.runtime.bundle import check_model_graph
+from edgeseq.runtime.kinds.decoder_only import OrtGPTStep
 from edgeseq.runtime.providers import open_session
 
 from .timing import BenchSpec, batches, peak_rss_mb, time_search
@@ -44,7 +44,7 @@ def _bert(bundle: Bundle, session: Any, spec: BenchSpec) -> dict[str, Any]:
     out = {}
     for batch_size in spec.batch_sizes:
         feeds = [
-            {L.INPUT_IDS: ids, L.ATTENTION_MASK: (ids != bundle.config.pad_id).astype(np.int64)}
+            {C.INPUT_IDS: ids, C.ATTENTION_MASK: (ids != bundle.config.pad_id).astype(np.int64)}
             for ids in batches(spec.sources, batch_size, bundle.config.pad_id)
         ]
         for feed in feeds if spec.warmup else ():
@@ -84,7 +84,7 @@ def bench_lm(
     progress: Callable[[str], None] = lambda message: None,
 ) -> dict[str, Any]:
     """Time every variant of a GPT or BERT bundle (or `variants`) on `spec`; the report."""
-    kind = "gpt" if bundle.architecture == L.DECODER_ONLY else "bert"
+    kind = "gpt" if bundle.architecture == C.DECODER_ONLY else "bert"
     results = {}
     for variant in variants or sorted(bundle.variants, key=lambda v: (v != "fp32", v)):
         progress(f"onnxruntime {variant}")
@@ -92,7 +92,7 @@ def bench_lm(
         start = time.perf_counter()
         session, device = open_session(path, provider, spec.threads, optimization)
         load_ms = 1000 * (time.perf_counter() - start)
-        check_lm_graph(bundle, session, variant)
+        check_model_graph(bundle, session, variant)
         timed = _gpt(bundle, session, spec) if kind == "gpt" else _bert(bundle, session, spec)
         results[variant] = {
             "device": device,

@@ -51,7 +51,7 @@ def measure_ort(
     import onnxruntime as ort
 
     from edgeseq.runtime.bundle import check_graph_pair, load_bundle
-    from edgeseq.runtime.ort_step import OrtBoundStep, OrtStep
+    from edgeseq.runtime.kinds.seq2seq import OrtBoundStep, OrtStep
     from edgeseq.runtime.providers import open_sessions
 
     baseline = peak_rss_mb()

@@ -31,7 +31,7 @@ from typing import Any
 from edgeseq.runtime import providers
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.generator import Generator
-from edgeseq.runtime.ort_step import OrtStep
+from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.search import GenerationOptions
 
 

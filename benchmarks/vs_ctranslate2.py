@@ -300,7 +300,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from edgeseq.export.variants import VariantOptions
     from edgeseq.runtime.bundle import load_bundle
     from edgeseq.runtime.errors import EdgeseqError
-    from edgeseq.runtime.ort_step import OrtStep
+    from edgeseq.runtime.kinds.seq2seq import OrtStep
     from edgeseq.runtime.providers import open_sessions
 
     torch.set_num_threads(args.threads)

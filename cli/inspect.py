@@ -21,7 +21,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.builtin import resolve_bundle
 from edgeseq.runtime.bundle import check_graph_pair, load_bundle
 from edgeseq.runtime.errors import BundleError
-from edgeseq.runtime.lm import check_lm_graph
+from edgeseq.runtime.bundle import check_model_graph
 from edgeseq.runtime.manifest import check_inside, file_status, read_manifest
 from edgeseq.runtime.providers import create_session
 
@@ -163,10 +163,10 @@ def inspect(bundle: Path) -> None:
 def check_bundle(path: str | Path) -> None:
     """The checks of `Generator.load`, for every graph variant: `load_bundle` (manifest,
     checksums, config, tokenizers) and `check_graph_pair` (graphs against config.json; a
-    GPT or BERT bundle's one graph: `check_lm_graph`). A BundleError says which failed."""
+    GPT or BERT bundle's one graph: `check_model_graph`). A BundleError says which failed."""
     bundle = load_bundle(path)
     for variant, files in bundle.variants.items():
         if len(files) == 1:
-            check_lm_graph(bundle, _session(files[0]), variant)
+            check_model_graph(bundle, _session(files[0]), variant)
         else:
             check_graph_pair(bundle, _session(files[0]), _session(files[1]), variant)

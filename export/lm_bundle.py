@@ -25,7 +25,6 @@ import numpy as np
 
 from edgeseq.build_model.lm import DecoderOnlyTransformer, EncoderOnlyTransformer
 from edgeseq.runtime import constants as C
-from edgeseq.runtime import lm_constants as L
 from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
@@ -49,8 +48,8 @@ from .variants import GateError, VariantOptions
 from .verify import check_parity
 
 INT8_FILE = "model.int8.onnx"
-GRAPH_FILES = {"fp32": L.MODEL_FILE, "int8": INT8_FILE}
-KINDS = {L.DECODER_ONLY: "gpt", L.ENCODER_ONLY: "bert"}
+GRAPH_FILES = {"fp32": C.MODEL_FILE, "int8": INT8_FILE}
+KINDS = {C.DECODER_ONLY: "gpt", C.ENCODER_ONLY: "bert"}
 Progress = Callable[[str], None]
 LMModel = DecoderOnlyTransformer | EncoderOnlyTransformer
 
@@ -135,11 +134,11 @@ def build_lm_variants(
     reference = None
     if held is not None:
         inputs = lm_inputs(model, held)
-        reference = outputs(model, open_run(directory / L.MODEL_FILE), inputs, tokenizers)
+        reference = outputs(model, open_run(directory / C.MODEL_FILE), inputs, tokenizers)
     if "int8" in options.names:
         say("variant int8")
         nodes = quantize_graph(
-            directory / L.MODEL_FILE,
+            directory / C.MODEL_FILE,
             directory / INT8_FILE,
             quantize_all=options.quantize_all,
             per_channel=options.per_channel,
@@ -175,7 +174,7 @@ def build_lm_variants(
                     [entry["gate"] | {"excluded_groups": []}],  # no layer kept in fp32
                 )
         table["int8"] = entry
-    fp32_bytes = (directory / L.MODEL_FILE).stat().st_size
+    fp32_bytes = (directory / C.MODEL_FILE).stat().st_size
     for name, entry in table.items():
         size = (directory / GRAPH_FILES[name]).stat().st_size
         entry.update(model=GRAPH_FILES[name], precision=name, format="onnx", bytes=size)
@@ -228,14 +227,14 @@ def export_lm_bundle(
     with atomic_directory(out) as tmp:
         say(f"export {kind} graph")
         exporter = export_gpt if kind == "gpt" else export_bert
-        graph = exporter(model, tmp / L.MODEL_FILE, opset)
-        say(f"  {L.MODEL_FILE}: {graph.bytes / 1e6:.2f} MB in {graph.seconds:.1f} s")
+        graph = exporter(model, tmp / C.MODEL_FILE, opset)
+        say(f"  {C.MODEL_FILE}: {graph.bytes / 1e6:.2f} MB in {graph.seconds:.1f} s")
         parity: dict[str, Any] = {"skipped": True}
         if verify:
             say(f"parity levels 1-3 on {len(held.sources)} inputs ({held.description})")
             parity = run_lm_parity(
                 model,
-                open_run(tmp / L.MODEL_FILE),
+                open_run(tmp / C.MODEL_FILE),
                 lm_inputs(model, held),
                 source_description=held.description,
                 texts=held.texts,

@@ -4,7 +4,7 @@
     info = export_bert(model, "b/model.onnx")         # encoder: hidden states + head logits
     write_genai_config(model.cfg, "b")                # onnxruntime_genai.Model("b") loads it
 
-Names and axes are those of `runtime/lm_constants.py`. As for the encoder–decoder
+Names and axes are those of `runtime/constants.py`. As for the encoder–decoder
 (export/onnx_export.py), the exporter is traced with sizes >= 2 on every dynamic axis, so a
 past length of 0 (the prompt's first run) is tested after export, not traced.
 """
@@ -21,7 +21,7 @@ from torch import Tensor, nn
 from torch.export import Dim
 
 from edgeseq.build_model.lm import DecoderOnlyTransformer, EncoderOnlyTransformer
-from edgeseq.runtime import lm_constants as L
+from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import SPECIAL_TOKENS
 
@@ -84,9 +84,9 @@ def export_gpt(
     """Write the GPT graph (see `OnnxGPT`) to `path`."""
     cfg = model.cfg
     batch, past, new = EXAMPLE_BATCH, EXAMPLE_PAST, EXAMPLE_NEW
-    b = Dim(L.BATCH, min=1)
-    n = Dim(L.SEQUENCE_LENGTH, min=1, max=cfg.max_len)
-    p = Dim(L.PAST_SEQUENCE_LENGTH, min=0, max=cfg.max_len)
+    b = Dim(C.BATCH, min=1)
+    n = Dim(C.SEQUENCE_LENGTH, min=1, max=cfg.max_len)
+    p = Dim(C.PAST_SEQUENCE_LENGTH, min=0, max=cfg.max_len)
     kv = torch.randn(batch, cfg.n_heads, past, cfg.d_head)
     args = (
         _random_ids(cfg, batch, new),
@@ -100,7 +100,7 @@ def export_gpt(
         "position_ids": {0: b, 1: n},
         "past": tuple({0: b, 2: p} for _ in range(2 * cfg.n_decoder_layers)),
     }
-    names = (L.gpt_inputs(cfg.n_decoder_layers), L.gpt_outputs(cfg.n_decoder_layers))
+    names = (C.gpt_inputs(cfg.n_decoder_layers), C.gpt_outputs(cfg.n_decoder_layers))
     info = _run(OnnxGPT(model), args, shapes, names, cfg, "gpt", path, opset)
     _name_total_axis(Path(path))
     return _run_info(info, Path(path))
@@ -110,11 +110,11 @@ def _name_total_axis(path: Path) -> None:
     """Name the past + new axis of the mask and the presents `total_sequence_length` (the
     exporter writes it as a sum or a fresh symbol)."""
     proto = onnx.load(str(path))
-    known = {L.BATCH, L.SEQUENCE_LENGTH, L.PAST_SEQUENCE_LENGTH}
+    known = {C.BATCH, C.SEQUENCE_LENGTH, C.PAST_SEQUENCE_LENGTH}
     for value in (*proto.graph.input, *proto.graph.output):
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_param and dim.dim_param not in known:
-                dim.dim_param = L.TOTAL_SEQUENCE_LENGTH
+                dim.dim_param = C.TOTAL_SEQUENCE_LENGTH
     onnx.save_model(proto, str(path), save_as_external_data=False)
 
 
@@ -131,16 +131,16 @@ def export_bert(
 ) -> GraphInfo:
     """Write the BERT graph (see `OnnxBERT`) to `path`."""
     cfg = model.cfg
-    b, s = Dim(L.BATCH, min=1), Dim(L.SEQUENCE_LENGTH, min=1, max=cfg.max_len)
+    b, s = Dim(C.BATCH, min=1), Dim(C.SEQUENCE_LENGTH, min=1, max=cfg.max_len)
     ids = _random_ids(cfg, EXAMPLE_BATCH, EXAMPLE_NEW + 1)
     args = (ids, torch.ones_like(ids))
     shapes = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}}
     return _run(
-        OnnxBERT(model), args, shapes, (L.BERT_INPUTS, L.BERT_OUTPUTS), cfg, "bert", path, opset
+        OnnxBERT(model), args, shapes, (C.BERT_INPUTS, C.BERT_OUTPUTS), cfg, "bert", path, opset
     )
 
 
-def genai_config(cfg: ModelConfig, filename: str = L.MODEL_FILE) -> dict[str, Any]:
+def genai_config(cfg: ModelConfig, filename: str = C.MODEL_FILE) -> dict[str, Any]:
     """onnxruntime-genai's `genai_config.json` for a GPT bundle (type "decoder", greedy)."""
     decoder = {
         "session_options": {"log_id": "onnxruntime-genai", "provider_options": []},
@@ -151,16 +151,16 @@ def genai_config(cfg: ModelConfig, filename: str = L.MODEL_FILE) -> dict[str, An
         "num_key_value_heads": cfg.n_heads,
         "num_hidden_layers": cfg.n_decoder_layers,
         "inputs": {
-            "input_ids": L.INPUT_IDS,
-            "attention_mask": L.ATTENTION_MASK,
-            "position_ids": L.POSITION_IDS,
-            "past_key_names": L.PAST_KEY,
-            "past_value_names": L.PAST_VALUE,
+            "input_ids": C.INPUT_IDS,
+            "attention_mask": C.ATTENTION_MASK,
+            "position_ids": C.POSITION_IDS,
+            "past_key_names": C.PAST_KEY,
+            "past_value_names": C.PAST_VALUE,
         },
         "outputs": {
-            "logits": L.LOGITS,
-            "present_key_names": L.PRESENT_KEY,
-            "present_value_names": L.PRESENT_VALUE,
+            "logits": C.LOGITS,
+            "present_key_names": C.PRESENT_KEY,
+            "present_value_names": C.PRESENT_VALUE,
         },
     }
     model = {
@@ -193,6 +193,6 @@ def genai_config(cfg: ModelConfig, filename: str = L.MODEL_FILE) -> dict[str, An
 
 def write_genai_config(cfg: ModelConfig, directory: str | Path) -> Path:
     """Write `genai_config.json` into `directory`; return its path."""
-    path = Path(directory) / L.GENAI_CONFIG_FILE
+    path = Path(directory) / C.GENAI_CONFIG_FILE
     path.write_text(json.dumps(genai_config(cfg), indent=2, sort_keys=True) + "\n", "utf-8")
     return path

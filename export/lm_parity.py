@@ -24,7 +24,7 @@ import onnxruntime as ort
 import torch
 
 from edgeseq.build_model.lm import DecoderOnlyTransformer, EncoderOnlyTransformer
-from edgeseq.runtime import lm_constants as L
+from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.padding import right_pad
@@ -44,11 +44,11 @@ def torch_run(model: DecoderOnlyTransformer | EncoderOnlyTransformer) -> Run:
     def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in feeds.items()}
         if isinstance(model, EncoderOnlyTransformer):
-            hidden, logits = model.encode(t[L.INPUT_IDS], t[L.ATTENTION_MASK])
+            hidden, logits = model.encode(t[C.INPUT_IDS], t[C.ATTENTION_MASK])
             return [hidden.numpy(), logits.numpy()]
-        past = [t[name] for name in L.past_names(model.cfg.n_decoder_layers)]
+        past = [t[name] for name in C.past_names(model.cfg.n_decoder_layers)]
         logits, k, v = model.step(
-            t[L.INPUT_IDS], t[L.POSITION_IDS], t[L.ATTENTION_MASK], past[0::2], past[1::2]
+            t[C.INPUT_IDS], t[C.POSITION_IDS], t[C.ATTENTION_MASK], past[0::2], past[1::2]
         )
         return [logits.numpy(), *(a.numpy() for pair in zip(k, v, strict=True) for a in pair)]
 
@@ -73,8 +73,8 @@ def gpt_feeds(
     if past is None:
         empty = np.zeros((batch, cfg.n_heads, 0, cfg.d_head), dtype=np.float32)
         past = [empty] * (2 * cfg.n_decoder_layers)
-    feeds = {L.INPUT_IDS: ids, L.ATTENTION_MASK: mask, L.POSITION_IDS: positions}
-    return feeds | dict(zip(L.past_names(cfg.n_decoder_layers), past, strict=True))
+    feeds = {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask, C.POSITION_IDS: positions}
+    return feeds | dict(zip(C.past_names(cfg.n_decoder_layers), past, strict=True))
 
 
 def greedy_loop(
@@ -130,12 +130,12 @@ def gpt_level1(model: DecoderOnlyTransformer, run: Run, seed: int = 0) -> dict[s
         caches = [rng.standard_normal(shape).astype(np.float32)
                   for _ in range(2 * cfg.n_decoder_layers)]  # fmt: skip
         feeds = gpt_feeds(cfg, ids, mask, positions, caches)
-        names = L.gpt_outputs(cfg.n_decoder_layers)
+        names = C.gpt_outputs(cfg.n_decoder_layers)
         for name, want, got in zip(names, reference(feeds), run(feeds), strict=True):
             worst[name] = max(worst.get(name, 0.0), max_abs_diff(want, got))
     return {
         "passed": all(d <= TOLERANCE_FP32 for d in worst.values()),
-        "graph": L.MODEL_FILE,
+        "graph": C.MODEL_FILE,
         "cases": len(cases),
         "shapes": [{"batch": b, "past_len": p, "new_len": n} for b, p, n in cases],
         "max_abs_diff": worst,
@@ -228,7 +228,7 @@ def gpt_level3(
 def bert_feeds(cfg: ModelConfig, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
     """input_ids right-padded (sources end with `</s>`) and their attention_mask."""
     ids = right_pad(sources, cfg.pad_id)
-    return {L.INPUT_IDS: ids, L.ATTENTION_MASK: (ids != cfg.pad_id).astype(np.int64)}
+    return {C.INPUT_IDS: ids, C.ATTENTION_MASK: (ids != cfg.pad_id).astype(np.int64)}
 
 
 def predictions(logits: np.ndarray) -> np.ndarray:
@@ -250,9 +250,9 @@ def bert_levels(
         rows = [rng.integers(len(SPECIAL_TOKENS), cfg.src_vocab_size, rng.integers(1, length + 1))
                 for _ in range(batch)]  # fmt: skip
         feeds = bert_feeds(cfg, [[*r[: cfg.max_len - 1], cfg.eos_id] for r in rows])
-        for name, want, got in zip(L.BERT_OUTPUTS, reference(feeds), run(feeds), strict=True):
+        for name, want, got in zip(C.BERT_OUTPUTS, reference(feeds), run(feeds), strict=True):
             worst[name] = max(worst.get(name, 0.0), max_abs_diff(want, got))
-    level1 = {"passed": all(d <= TOLERANCE_FP32 for d in worst.values()), "graph": L.MODEL_FILE}
+    level1 = {"passed": all(d <= TOLERANCE_FP32 for d in worst.values()), "graph": C.MODEL_FILE}
     level1.update(cases=3, max_abs_diff=worst)
     diff, identical, mismatches = 0.0, 0, []
     for start in range(0, len(sources), 64):

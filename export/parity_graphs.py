@@ -19,7 +19,7 @@ import torch
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.ort_step import OrtStep
+from edgeseq.runtime.kinds.seq2seq import OrtStep
 
 TOLERANCE_FP32 = 1e-4  # max |Δ| of any fp32 output vs PyTorch
 LEVEL1_BATCHES = (1, 3)

@@ -33,7 +33,7 @@ from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import ParityError
-from edgeseq.runtime.ort_step import OrtStep
+from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel

@@ -312,3 +312,26 @@ def _metadata_problems(
                 problem = f"config.json says {field} {text} but the graphs say {said.pop()}"
                 derived.append(problem) if field == "d_head" else problems.append(problem)
     return problems + derived  # the root cause first: d_head follows from d_model, n_heads
+
+
+def check_model_graph(bundle: Bundle, session: ort.InferenceSession, variant: str) -> None:
+    """Refuse a GPT or BERT graph whose inputs, outputs or widths disagree with config.json."""
+    cfg, path = bundle.config, bundle.model_graph(variant)
+    if cfg.architecture == C.DECODER_ONLY:
+        inputs, outputs = C.gpt_inputs(cfg.n_decoder_layers), C.gpt_outputs(cfg.n_decoder_layers)
+    else:
+        inputs, outputs = C.BERT_INPUTS, C.BERT_OUTPUTS
+    got_in = tuple(arg.name for arg in session.get_inputs())
+    got_out = tuple(arg.name for arg in session.get_outputs())
+    if set(got_in) != set(inputs) or set(got_out) != set(outputs):
+        missing = [n for n in (*inputs, *outputs) if n not in (*got_in, *got_out)]
+        raise BundleError(
+            f"{path} does not match config.json's {cfg.architecture} model (missing "
+            f"inputs/outputs {missing[:4]}); re-export the bundle"
+        )
+    width = {arg.name: arg.shape for arg in session.get_outputs()}[C.LOGITS][-1]
+    if isinstance(width, int) and width != cfg.tgt_vocab_size:
+        raise BundleError(
+            f"{path}: logits width {width} but config.json's tgt_vocab_size is "
+            f"{cfg.tgt_vocab_size}; re-export the bundle"
+        )

@@ -16,11 +16,15 @@ from typing import Any
 
 from .errors import ConfigError
 
-POSITIONAL_CHOICES = ("sinusoidal", "learned")
+POSITIONAL_CHOICES = ("sinusoidal", "sinusoidal-halves", "learned")
 NORM_CHOICES = ("post", "pre")
-ACTIVATION_CHOICES = ("relu", "gelu")
+ACTIVATION_CHOICES = ("relu", "gelu", "silu")
 ARCHITECTURE_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 
+
+# Fields added for imported models (export/sources); omitted from to_dict() at these defaults.
+IMPORT_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "final_norm": None, "output_bias": None}
+IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
 
@@ -41,9 +45,10 @@ class ModelConfig:
     d_ff: int = 1024  # hidden width of the position-wise feed-forward network
     dropout: float = 0.1  # applied in training only
     max_len: int = 256  # rows of the positional table = longest source or target sequence
-    positional: str = "sinusoidal"  # "sinusoidal" (the paper's formula) | "learned"
+    positional: str = "sinusoidal"  # "sinusoidal" (the paper's, sin/cos interleaved) |
+    # "sinusoidal-halves" (Marian's: [sin half | cos half]) | "learned" (any table, stored)
     norm: str = "post"  # "post": x = LN(x + f(x)) as in the paper | "pre": x = x + f(LN(x))
-    activation: str = "relu"  # FFN non-linearity: "relu" | "gelu"
+    activation: str = "relu"  # FFN non-linearity: "relu" | "gelu" | "silu" (Marian's swish)
     tie_output: bool = False  # output projection shares the target embedding matrix
     layer_norm_eps: float = 1e-5
     pad_id: int = 0  # special token ids (the same in source and target vocabularies)
@@ -51,11 +56,26 @@ class ModelConfig:
     eos_id: int = 2
     unk_id: int = 3
     architecture: str = "encoder-decoder"  # | "decoder-only" (GPT) | "encoder-only" (BERT)
+    # Fields for imported models (encoder-decoder only). to_dict() omits them at their
+    # defaults, so the config.json of a model that does not use them is unchanged.
+    scale_embedding: bool = True  # token embeddings x sqrt(d_model) (nn.Transformer users may not)
+    final_norm: bool | None = None  # LayerNorm after each stack; None: in pre-norm only
+    output_bias: bool | None = None  # output projection has a bias; None: when not tie_output
 
     @property
     def d_head(self) -> int:
         """Width of one attention head, d_model / n_heads."""
         return self.d_model // self.n_heads
+
+    @property
+    def has_final_norm(self) -> bool:
+        """Whether each stack ends with a LayerNorm: `final_norm`, by default in pre-norm."""
+        return self.norm == "pre" if self.final_norm is None else self.final_norm
+
+    @property
+    def has_output_bias(self) -> bool:
+        """Whether the output projection adds a bias: `output_bias`, by default when untied."""
+        return not self.tie_output if self.output_bias is None else self.output_bias
 
     def problems(self) -> list[str]:
         """Every problem with this configuration, as readable sentences (empty when valid)."""
@@ -103,6 +123,17 @@ class ModelConfig:
             out.append("tie_output needs a decoder; an encoder-only model's head has labels")
         if not isinstance(self.tie_output, bool):
             out.append(f"tie_output must be true or false, got {self.tie_output!r}")
+        if not isinstance(self.scale_embedding, bool):
+            out.append(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
+        for name in ("final_norm", "output_bias"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                out.append(f"{name} must be true, false or null, got {getattr(self, name)!r}")
+        changed = [name for name in IMPORT_FIELDS if getattr(self, name) != IMPORT_DEFAULTS[name]]
+        if self.architecture != "encoder-decoder" and changed:
+            out.append(
+                f"{', '.join(changed)} apply to the encoder-decoder only; a "
+                f"{self.architecture} model takes their defaults"
+            )
         ids = {"pad_id": self.pad_id, "bos_id": self.bos_id, "eos_id": self.eos_id}
         ids["unk_id"] = self.unk_id
         smallest = min(
@@ -126,8 +157,13 @@ class ModelConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field."""
-        return asdict(self)
+        """Plain dict of every field, less the import fields (IMPORT_FIELDS) at their
+        defaults: a model that does not use them keeps the config.json it always had."""
+        data = asdict(self)
+        for name in IMPORT_FIELDS:
+            if data[name] is IMPORT_DEFAULTS[name]:  # True or None: singletons
+                del data[name]
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:

@@ -25,21 +25,19 @@ and every call keeps its state local.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from . import constants as C
-from .bundle import Bundle, check_graph_pair, load_bundle
+from .bundle import Bundle, load_bundle
 from .config import ModelConfig
-from .errors import BundleError, InputTooLongError, OptionsError
+from .errors import InputTooLongError, OptionsError
 from .graph_search import SEARCH_MODES, GraphSearch, unsupported_reason
-from .ort_step import OrtBoundStep, OrtStep
+from .kinds import generator_class
 from .padding import right_pad
-from .providers import Providers, check_providers, open_sessions, session_options
+from .providers import Providers, check_providers
+from .results import Candidate, Result, Source
 from .search import (
     Chooser,
     GenerationOptions,
@@ -53,61 +51,15 @@ from .search import (
 from .step import StepModel
 from .tokenizer import TokenizerPair
 
-
-@dataclass(frozen=True)
-class Source:
-    """An encoded input: token ids with `</s>` appended."""
-
-    ids: tuple[int, ...]
-    truncated: bool  # tokens were cut to fit max_len
-    unknown: tuple[str, ...]  # input symbols outside the source vocabulary (fed as <unk>)
-    # Why the input is not run: "empty" (no token after normalisation), "unknown" (every
-    # token is outside the vocabulary); None for an input the model runs.
-    skipped: str | None = None
-
-    @property
-    def sample_key(self) -> int:
-        """64-bit key of the ids that seeds this input's sampling Generator."""
-        digest = hashlib.sha256(np.asarray(self.ids, dtype=np.int64).tobytes()).digest()
-        return int.from_bytes(digest[:8], "little")
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One generated hypothesis of an input."""
-
-    text: str
-    token_ids: tuple[int, ...]  # without `<s>` and `</s>`
-    score: float  # logprob / length ** length_penalty
-    logprob: float  # sum of the tokens' log-probabilities (`</s>` included when finished)
-    finished: bool  # ended with `</s>` (False: cut by max_new_tokens or max_len)
-
-
-@dataclass(frozen=True)
-class Result:
-    """What one input generated: the best hypothesis, and the n-best list (beam search)."""
-
-    text: str
-    token_ids: tuple[int, ...]
-    score: float
-    logprob: float
-    finished: bool
-    nbest: tuple[Candidate, ...]  # best first; nbest[0] is the result itself (empty if skipped)
-    source: Source
-
-    @property
-    def skipped(self) -> str | None:
-        """Why the input was not run ("empty", "unknown"), or None; see `Source.skipped`."""
-        return self.source.skipped
-
-    @classmethod
-    def skipped_result(cls, source: Source) -> Result:
-        """The Result of an input that is not run: empty text, no tokens, not finished."""
-        return cls("", (), 0.0, 0.0, False, (), source)
+__all__ = ["Candidate", "Generator", "Result", "Source"]
 
 
 class Generator:
-    """A loaded bundle and its step model; `generate` and `stream` text."""
+    """A loaded bundle and its step model; `generate` and `stream` text.
+
+    The text-in, text-out API shared by every kind of bundle: normalising and encoding
+    inputs, batching, search over a `StepModel`, results. `Generator.load` returns the class
+    of the bundle's kind (runtime/kinds/), which opens the graphs and adapts what differs."""
 
     runs_empty_input = False  # an empty text has nothing to read (a GPT continues "" from <s>)
 
@@ -149,41 +101,23 @@ class Generator:
                 f"unknown search {search!r}; choose one of {', '.join(SEARCH_MODES)}"
             )
         bundle = load_bundle(bundle_dir)
-        if bundle.architecture != "encoder-decoder":
-            if search == "graph":
-                raise OptionsError(
-                    f"{bundle.path} is a {bundle.architecture} bundle: it has no one-graph "
-                    "search variant (use search 'auto' or 'loop')"
-                )
-            from .lm import load_lm  # lm.py's classes subclass Generator
+        kind = generator_class(bundle.architecture)  # runtime/kinds/: one module per kind
+        return kind.open(bundle, providers, threads, variant or bundle.default_variant,
+                         optimization, search)  # fmt: skip
 
-            return load_lm(bundle, providers, threads, variant, optimization)
-        variant = variant or bundle.default_variant
-        encoder_path, decoder_path = bundle.graphs(variant)
-        encoder, decoder, device = open_sessions(
-            encoder_path, decoder_path, providers, threads, optimization
-        )
-        check_graph_pair(bundle, encoder, decoder, variant)
-        if device == "cuda":
-            step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
-        else:
-            step = OrtStep(encoder, decoder, bundle.config)
-        graph = None
-        if search != "loop":
-            precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
-            options = session_options(threads, optimization)
-            graph = (  # on the providers the two graphs really run on
-                GraphSearch.open(bundle, precision, encoder.get_providers(), options)
-                if precision
-                else None
-            )
-            if graph is None and search == "graph":
-                raise BundleError(
-                    f"{bundle.path} has no one-graph search variant for {variant!r}; export "
-                    "it with edgeseq export --variants fp32,search (plus int8 or ort for "
-                    "those), or choose search 'auto' or 'loop' (--search auto|loop)"
-                )
-        return cls(bundle, step, device, graph, search)
+    @classmethod
+    def open(
+        cls,
+        bundle: Bundle,
+        providers: Providers,
+        threads: int | None,
+        variant: str,
+        optimization: str,
+        search: str,
+    ) -> Generator:
+        """Open `bundle`'s graphs of `variant` for this kind (each kind overrides it; see
+        `load` for the arguments)."""
+        raise NotImplementedError(f"{cls.__name__} does not open bundles; use Generator.load")
 
     def uses_graph(self, options: GenerationOptions) -> bool:
         """Whether `generate` runs `options` in the one-graph variant: with search "auto"

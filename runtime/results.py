@@ -1,4 +1,5 @@
-"""The JSON form of one generated input: the fields of `edgeseq generate --json`, also
+"""What generating one input returns (`Source`, `Candidate`, `Result`, for every kind of
+bundle) and its JSON form: the fields of `edgeseq generate --json`, also
 returned by `edgeseq serve` (one serializer, so the two never drift apart).
 
     result_json(1, "abc", result, generator.tokenizers.target)
@@ -13,10 +14,65 @@ gains `"nbest"`: a list of {"output", "ids", "score", "logprob"}, best first.
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass
 from typing import Any
 
-from .generator import Result
+import numpy as np
+
 from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Source:
+    """An encoded input: token ids with `</s>` appended."""
+
+    ids: tuple[int, ...]
+    truncated: bool  # tokens were cut to fit max_len
+    unknown: tuple[str, ...]  # input symbols outside the source vocabulary (fed as <unk>)
+    # Why the input is not run: "empty" (no token after normalisation), "unknown" (every
+    # token is outside the vocabulary); None for an input the model runs.
+    skipped: str | None = None
+
+    @property
+    def sample_key(self) -> int:
+        """64-bit key of the ids that seeds this input's sampling Generator."""
+        digest = hashlib.sha256(np.asarray(self.ids, dtype=np.int64).tobytes()).digest()
+        return int.from_bytes(digest[:8], "little")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One generated hypothesis of an input."""
+
+    text: str
+    token_ids: tuple[int, ...]  # without `<s>` and `</s>`
+    score: float  # logprob / length ** length_penalty
+    logprob: float  # sum of the tokens' log-probabilities (`</s>` included when finished)
+    finished: bool  # ended with `</s>` (False: cut by max_new_tokens or max_len)
+
+
+@dataclass(frozen=True)
+class Result:
+    """What one input generated: the best hypothesis, and the n-best list (beam search)."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    score: float
+    logprob: float
+    finished: bool
+    nbest: tuple[Candidate, ...]  # best first; nbest[0] is the result itself (empty if skipped)
+    source: Source
+
+    @property
+    def skipped(self) -> str | None:
+        """Why the input was not run ("empty", "unknown"), or None; see `Source.skipped`."""
+        return self.source.skipped
+
+    @classmethod
+    def skipped_result(cls, source: Source) -> Result:
+        """The Result of an input that is not run: empty text, no tokens, not finished."""
+        return cls("", (), 0.0, 0.0, False, (), source)
 
 
 def result_json(index: int, text: str, result: Result | None, target: Tokenizer) -> dict[str, Any]:

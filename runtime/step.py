@@ -1,7 +1,7 @@
 """The seam between search and engine: a decoder that can be stepped.
 
 Search algorithms (`runtime/search.py`) are written once against `StepModel`; the ONNX
-bundle (`runtime/ort_step.py`) and PyTorch (`build_model/torch_step.py`) each implement it,
+bundle (`runtime/kinds/seq2seq.py`) and PyTorch (`build_model/torch_step.py`) each implement it,
 so parity compares engines, not two copies of the search.
 
     state = model.start(src_ids)                 # run the encoder, empty self-attention cache

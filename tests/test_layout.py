@@ -126,3 +126,71 @@ def test_no_python_file_is_over_the_line_budget() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def module_name(path: Path, root: Path) -> str:
+    """root/runtime/kinds/seq2seq.py -> "runtime.kinds.seq2seq"; a package's __init__ is the
+    package ("runtime.kinds")."""
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_modules(path: Path, root: Path, known: set[str]) -> set[str]:
+    """The modules of `known` that `path` imports anywhere (inside functions too),
+    relative imports resolved; `from . import x` counts x when x is a module."""
+    name = module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name.removeprefix("edgeseq.") for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                stem = ".".join([*base, *([node.module] if node.module else [])])
+            else:
+                stem = (node.module or "").removeprefix("edgeseq.")
+            targets = [stem, *(f"{stem}.{alias.name}" for alias in node.names)]
+        else:
+            continue
+        found |= {t for t in targets if t in known and t != name}
+    return found
+
+
+def import_cycles(folder: Path) -> list[list[str]]:
+    """Every cycle of module imports inside `folder` (each once, as a path of names)."""
+    paths = {module_name(p, folder.parent): p for p in sorted(folder.rglob("*.py"))}
+    graph = {name: imported_modules(p, folder.parent, set(paths)) for name, p in paths.items()}
+    cycles, done = [], set()
+
+    def visit(node: str, stack: list[str]) -> None:
+        if node in stack:
+            cycle = stack[stack.index(node) :]
+            if frozenset(cycle) not in done:
+                done.add(frozenset(cycle))
+                cycles.append([*cycle, node])
+            return
+        for nxt in sorted(graph[node]):
+            visit(nxt, [*stack, node])
+
+    for start in sorted(graph):
+        visit(start, [])
+    return cycles
+
+
+def test_runtime_has_no_import_cycle() -> None:
+    assert import_cycles(RUNTIME) == []
+
+
+def test_the_cycle_check_finds_a_cycle_through_a_function_level_import(tmp_path) -> None:
+    package = tmp_path / "runtime"
+    (package / "kinds").mkdir(parents=True)
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "generator.py").write_text(
+        "def load():\n    from .kinds.gpt import GPT\n", encoding="utf-8"
+    )
+    (package / "kinds" / "__init__.py").write_text("", encoding="utf-8")
+    (package / "kinds" / "gpt.py").write_text("from ..generator import load\n", encoding="utf-8")
+    assert import_cycles(package) == [
+        ["runtime.generator", "runtime.kinds.gpt", "runtime.generator"]
+    ]

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from edgeseq.runtime import lm_constants as L
+from edgeseq.runtime import constants as C
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -48,8 +48,8 @@ def test_gpt_bundle_manifest_parity_and_files(gpt_case: dict[str, Any]) -> None:
 def test_bert_bundle_manifest_parity_and_files(bert_case: dict[str, Any]) -> None:
     _check_manifest(bert_case, "bert", "encoder-only")
     session = _session(bert_case["bundle"] / "model.onnx")
-    assert tuple(i.name for i in session.get_inputs()) == L.BERT_INPUTS
-    assert tuple(o.name for o in session.get_outputs()) == L.BERT_OUTPUTS
+    assert tuple(i.name for i in session.get_inputs()) == C.BERT_INPUTS
+    assert tuple(o.name for o in session.get_outputs()) == C.BERT_OUTPUTS
     labels = json.loads((bert_case["bundle"] / "tokenizer.target.json").read_text())
     assert {"1", "2", "3"} <= set(labels["model"]["vocab"])
 
@@ -76,10 +76,10 @@ def test_gpt_graph_names_and_past_length_zero(gpt_case: dict[str, Any]) -> None:
 
     model, _, _ = load_checkpoint(gpt_case["run"])
     session = _session(gpt_case["bundle"] / "model.onnx")
-    assert tuple(i.name for i in session.get_inputs()) == L.gpt_inputs(2)
-    assert tuple(o.name for o in session.get_outputs()) == L.gpt_outputs(2)
+    assert tuple(i.name for i in session.get_inputs()) == C.gpt_inputs(2)
+    assert tuple(o.name for o in session.get_outputs()) == C.gpt_outputs(2)
     shapes = {i.name: i.shape for i in session.get_inputs()}
-    assert shapes[L.ATTENTION_MASK] == [L.BATCH, L.TOTAL_SEQUENCE_LENGTH]
+    assert shapes[C.ATTENTION_MASK] == [C.BATCH, C.TOTAL_SEQUENCE_LENGTH]
     for length in (1, 2, 7):  # batch 1, past 0: sizes the trace never saw
         ids = np.array([[1, *range(5, 5 + length - 1)]], dtype=np.int64)
         feeds = gpt_feeds(model.cfg, ids, np.ones_like(ids), np.arange(length)[None])

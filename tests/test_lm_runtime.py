@@ -15,7 +15,8 @@ from click.testing import CliRunner
 from edgeseq.cli.main import cli, main
 from edgeseq.runtime.errors import OptionsError
 from edgeseq.runtime.generator import Generator
-from edgeseq.runtime.lm import BertClassifier, GPTGenerator
+from edgeseq.runtime.kinds.decoder_only import GPTGenerator
+from edgeseq.runtime.kinds.encoder_only import BertClassifier
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import GenerationOptions, greedy_search
 

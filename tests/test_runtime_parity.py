@@ -12,7 +12,7 @@ import pytest
 from naive_reference import naive_greedy, torch_logprobs
 
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.ort_step import OrtBoundStep, OrtStep
+from edgeseq.runtime.kinds.seq2seq import OrtBoundStep, OrtStep
 from edgeseq.runtime.providers import CPU_EP, session_options
 from edgeseq.runtime.search import GenerationOptions, beam_search, greedy_search, search
 

@@ -14,7 +14,7 @@ import pytest
 from edgeseq.runtime import providers
 from edgeseq.runtime.errors import ProviderError
 from edgeseq.runtime.generator import Generator
-from edgeseq.runtime.ort_step import OrtBoundStep, OrtStep
+from edgeseq.runtime.kinds.seq2seq import OrtBoundStep, OrtStep
 from edgeseq.runtime.providers import (
     CPU_EP,
     CUDA_EP,

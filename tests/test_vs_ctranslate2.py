@@ -153,7 +153,7 @@ def test_agreement_measures_how_far_a_differing_output_is_from_a_tie(offset) -> 
 
 def test_both_engines_teacher_force_the_same_logprobs(runtime_case, tmp_path) -> None:
     from edgeseq.runtime.bundle import load_bundle
-    from edgeseq.runtime.ort_step import OrtStep
+    from edgeseq.runtime.kinds.seq2seq import OrtStep
 
     model = runtime_case.model
     bundle = load_bundle(runtime_case.bundle)

@@ -13,7 +13,7 @@
 // manifest.json, tokenizer.json (and tokenizer.target.json), and the two graphs of the chosen
 // variant as the manifest names them. Every file is checked against the manifest's sha256 when
 // the page has WebCrypto (https or 127.0.0.1/localhost). Inputs and outputs are fed and read by
-// the names config.json lists, like runtime/ort_step.py: encoder src_ids int64 [1, S] ->
+// the names config.json lists, like runtime/kinds/seq2seq.py: encoder src_ids int64 [1, S] ->
 // memory and cross_k.i / cross_v.i float32 [1, H, S, Dh]; decoder input_ids int64 [1, 1],
 // past_k.i / past_v.i [1, H, P, Dh], cross K/V, src_mask bool [1, S] -> logits [1, 1, V] and
 // present_k.i / present_v.i [1, H, P + 1, Dh]. Greedy: arg-max, lowest id on ties, as

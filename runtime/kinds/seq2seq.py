@@ -1,4 +1,6 @@
-"""onnxruntime adapters for the step interface: drive `encoder.onnx` and `decoder.onnx`.
+"""The encoder–decoder kind in the runtime: `encoder.onnx` + `decoder.onnx` (+ the one-graph
+search variant), the step models that drive them, and `Seq2SeqGenerator`, which
+`Generator.load` returns for such a bundle.
 
     step_model = OrtStep.from_files("b/encoder.onnx", "b/decoder.onnx", config)
     tokens = greedy_search(step_model, src_ids, max_new_tokens=50)
@@ -18,9 +20,14 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from . import constants as C
-from .config import ModelConfig
-from .providers import DISABLED_OPTIMIZERS
+from .. import constants as C
+from ..bundle import Bundle, check_graph_pair
+from ..config import ModelConfig
+from ..errors import BundleError
+from ..generator import Generator
+from ..graph_search import GraphSearch
+from ..providers import DISABLED_OPTIMIZERS, Providers, open_sessions, session_options
+from ..step import StepModel
 
 Layers = tuple[np.ndarray, ...]  # one (B, H, T, dh) array per decoder layer
 
@@ -267,3 +274,49 @@ def _numpy_dtype(value: ort.OrtValue) -> type:
 def _host(value: ort.OrtValue | np.ndarray) -> np.ndarray:
     """A numpy array of `value` (copied from the device when it is an OrtValue there)."""
     return value if isinstance(value, np.ndarray) else value.numpy()
+
+
+class Seq2SeqGenerator(Generator):
+    """An encoder–decoder bundle: the two graphs stepped from Python, or the one-graph
+    search variant where `search` allows it (`Generator.uses_graph`)."""
+
+    @classmethod
+    def open(
+        cls,
+        bundle: Bundle,
+        providers: Providers,
+        threads: int | None,
+        variant: str,
+        optimization: str,
+        search: str,
+    ) -> Seq2SeqGenerator:
+        """Open the encoder and decoder of `variant` (see `Generator.load`), and the search
+        variant of its precision unless `search` is "loop"."""
+        encoder_path, decoder_path = bundle.graphs(variant)
+        encoder, decoder, device = open_sessions(
+            encoder_path, decoder_path, providers, threads, optimization
+        )
+        check_graph_pair(bundle, encoder, decoder, variant)
+        if device == "cuda":
+            step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
+        else:
+            step = OrtStep(encoder, decoder, bundle.config)
+        graph = None
+        if search != "loop":
+            precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
+            options = session_options(threads, optimization)
+            graph = (  # on the providers the two graphs really run on
+                GraphSearch.open(bundle, precision, encoder.get_providers(), options)
+                if precision
+                else None
+            )
+            if graph is None and search == "graph":
+                raise BundleError(
+                    f"{bundle.path} has no one-graph search variant for {variant!r}; export "
+                    "it with edgeseq export --variants fp32,search (plus int8 or ort for "
+                    "those), or choose search 'auto' or 'loop' (--search auto|loop)"
+                )
+        return cls(bundle, step, device, graph, search)
+
+
+GENERATOR = Seq2SeqGenerator
