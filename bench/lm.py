@@ -22,8 +22,7 @@ from typing import Any
 import numpy as np
 
 from edgeseq.runtime import constants as C
-from edgeseq.runtime.bundle import Bundle
-from edgeseq.runtime.bundle import check_model_graph
+from edgeseq.runtime.bundle import Bundle, check_model_graph
 from edgeseq.runtime.kinds.decoder_only import OrtGPTStep
 from edgeseq.runtime.providers import open_session
 

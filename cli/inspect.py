@@ -19,9 +19,8 @@ import onnxruntime as ort
 from edgeseq.export.report import format_parity, format_table, format_variants
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.builtin import resolve_bundle
-from edgeseq.runtime.bundle import check_graph_pair, load_bundle
+from edgeseq.runtime.bundle import check_graph_pair, check_model_graph, load_bundle
 from edgeseq.runtime.errors import BundleError
-from edgeseq.runtime.bundle import check_model_graph
 from edgeseq.runtime.manifest import check_inside, file_status, read_manifest
 from edgeseq.runtime.providers import create_session
 

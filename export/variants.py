@@ -28,8 +28,8 @@ import onnx
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import EdgeseqError, OptionsError
-from edgeseq.runtime.metrics import score
 from edgeseq.runtime.kinds.seq2seq import OrtStep
+from edgeseq.runtime.metrics import score
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import greedy_search
 from edgeseq.runtime.tokenizer import TokenizerPair
