@@ -36,21 +36,36 @@ def sinusoidal_table(max_len: int, d_model: int) -> Tensor:
     return table.float()
 
 
-class TokenEmbedding(nn.Module):
-    """Token ids -> vectors scaled by sqrt(d_model)."""
+def sinusoidal_halves_table(max_len: int, d_model: int) -> Tensor:
+    """Marian's table: the same angles, sines in the first ceil(D/2) columns and cosines in the
+    rest ([sin half | cos half], not interleaved), positions from 0: (max_len, d_model)."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (L, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(D/2),)
+    angle = pos / torch.pow(10000.0, two_i / d_model)  # (L, ceil(D/2))
+    table = torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=1)
+    return table.float()
 
-    def __init__(self, vocab_size: int, d_model: int) -> None:
+
+POSITIONAL_TABLES = {"sinusoidal": sinusoidal_table, "sinusoidal-halves": sinusoidal_halves_table}
+
+
+class TokenEmbedding(nn.Module):
+    """Token ids -> vectors scaled by sqrt(d_model) (`scale=False`: unscaled)."""
+
+    def __init__(self, vocab_size: int, d_model: int, scale: bool = True) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(vocab_size, d_model) * d_model**-0.5)
-        self.scale = math.sqrt(d_model)
+        self.scale = math.sqrt(d_model) if scale else None
 
     def forward(self, ids: Tensor) -> Tensor:
         """(B, T) int64 -> (B, T, D)."""
-        return F.embedding(ids, self.weight) * self.scale
+        x = F.embedding(ids, self.weight)
+        return x * self.scale if self.scale is not None else x
 
 
 class PositionalEncoding(nn.Module):
-    """Adds row `offset + t` of a (max_len, D) table to position t; sinusoidal or learned."""
+    """Adds row `offset + t` of a (max_len, D) table to position t: learned, or a fixed
+    sinusoidal table (POSITIONAL_TABLES)."""
 
     def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal") -> None:
         super().__init__()
@@ -58,7 +73,7 @@ class PositionalEncoding(nn.Module):
         if kind == "learned":
             self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
         else:
-            self.register_buffer("table", sinusoidal_table(max_len, d_model))
+            self.register_buffer("table", POSITIONAL_TABLES[kind](max_len, d_model))
 
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """(B, T, D) -> (B, T, D) with positions offset..offset+T-1 added."""
@@ -126,14 +141,17 @@ class MultiHeadAttention(nn.Module):
         return self.attend(self.split(self.w_q(x)), k, v, keep), k, v
 
 
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}  # ModelConfig.activation
+
+
 class FeedForward(nn.Module):
-    """W₂ act(W₁ x + b₁) + b₂, act = ReLU (the paper) or GELU."""
+    """W₂ act(W₁ x + b₁) + b₂, act = ReLU (the paper), GELU (exact, erf) or SiLU (swish)."""
 
     def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
         super().__init__()
         self.w_1 = nn.Linear(d_model, d_ff)
         self.w_2 = nn.Linear(d_ff, d_model)
-        self.act = nn.GELU() if activation == "gelu" else nn.ReLU()
+        self.act = ACTIVATIONS[activation]()
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor) -> Tensor:
@@ -225,17 +243,18 @@ class Seq2SeqTransformer(nn.Module):
         super().__init__()
         cfg.validate()
         self.cfg = cfg
-        self.src_embed = TokenEmbedding(cfg.src_vocab_size, cfg.d_model)
-        self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model)
+        self.src_embed = TokenEmbedding(cfg.src_vocab_size, cfg.d_model, cfg.scale_embedding)
+        self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model, cfg.scale_embedding)
         self.src_pos = PositionalEncoding(cfg.max_len, cfg.d_model, cfg.positional)
         self.tgt_pos = PositionalEncoding(cfg.max_len, cfg.d_model, cfg.positional)
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
-        pre = cfg.norm == "pre"  # pre-norm needs a final LayerNorm on each stack
-        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else None
-        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if pre else None
-        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=not cfg.tie_output)
+        # Pre-norm needs a final LayerNorm on each stack; nn.Transformer has one in post-norm too.
+        final = cfg.has_final_norm
+        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if final else None
+        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if final else None
+        self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.has_output_bias)
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.weight
         self._init_weights()
@@ -245,6 +264,8 @@ class Seq2SeqTransformer(nn.Module):
             if isinstance(module, nn.Linear) and module is not self.output:
                 nn.init.xavier_uniform_(module.weight)
                 nn.init.zeros_(module.bias)
+        if self.cfg.tie_output and self.output.bias is not None:
+            nn.init.zeros_(self.output.bias)  # Marian's final_logits_bias starts at zero too
 
     # -- encoder ----------------------------------------------------------------------------
     def source_keep(self, src_ids: Tensor) -> Tensor:
@@ -322,3 +343,17 @@ class Seq2SeqTransformer(nn.Module):
         """Teacher-forced logits: src_ids (B, S), tgt_ids (B, T) starting with <s> -> (B, T, V)."""
         src_keep = self.source_keep(src_ids)
         return self.decode(tgt_ids, self.encode(src_ids, src_keep), src_keep)
+
+
+# -- shared by the one-stack kinds (build_model/decoder_only.py, encoder_only.py) --------
+def init_linears(model: nn.Module, skip: nn.Module) -> None:
+    """Xavier-uniform weights and zero biases for every Linear but `skip` (as Seq2Seq)."""
+    for module in model.modules():
+        if isinstance(module, nn.Linear) and module is not skip:
+            nn.init.xavier_uniform_(module.weight)
+            nn.init.zeros_(module.bias)
+
+
+def final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
+    """Pre-norm stacks end with a LayerNorm; post-norm ones are already normalised."""
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
