@@ -35,13 +35,17 @@ test-ray: $(STAMP)
 # and int8) on emulated ARM64 and in headless Chromium, compared with x86 output. Not part of
 # `test`: it installs apt packages and downloads an arm64 root filesystem, aarch64 wheels and
 # npm packages into .edge-cache/ (once; EDGESEQ_EDGE_CACHE=DIR puts that cache elsewhere).
+# The demo page's screenshot goes to the cache too; `make edge SCREENSHOT=docs/edge-demo.png`
+# refreshes the tracked picture of docs/edge.md.
 EDGE_BUNDLE := bundles/g2p-en
+EDGE_CACHE := $(or $(EDGESEQ_EDGE_CACHE),.edge-cache)
+SCREENSHOT ?= $(EDGE_CACHE)/edge-demo.png
 edge: $(STAMP)
 	bash scripts/edge/setup.sh
 	grep -qs '"search.int8.onnx"' $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export \
 		models/g2p-en --out $(EDGE_BUNDLE) --variants fp32,int8,search --force
 	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
-		--screenshot docs/edge-demo.png
+		--screenshot $(SCREENSHOT)
 
 # The g2p-en bundle shipped in the wheel (runtime/models/g2p-en), re-exported from the
 # checkpoint in models/g2p-en with parity checks and the int8 accuracy gate; int8 graphs only.

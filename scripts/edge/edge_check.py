@@ -16,7 +16,10 @@ machine. Targets:
   wasm: `Bundle.generate` for the loop, `Bundle.generateInGraph` for the search variant); it
   also saves the demo page's screenshot with --screenshot.
 
-Prints one table row per target and variant: inputs, outputs identical to x86 (same variant),
+While it runs, a line on stderr (flushed at once) when each target and variant starts and ends,
+with the seconds since the start: the whole check takes minutes, most of them on ARM64 under
+emulation (whose first run also builds the root filesystem). At the end it prints one table row
+per target and variant: inputs, outputs identical to x86 (same variant),
 agreement with x86 fp32 (the two-graph loop's output), and the seconds the target took for all
 inputs (emulated ARM64 and a wasm page are correctness checks, not speed measurements). A
 target that cannot load a graph (onnxruntime-web without an operator) gets a row saying so.
@@ -38,6 +41,19 @@ REPO = Path(__file__).resolve().parents[2]
 TARGETS = ("arm64", "browser")
 VARIANTS = ("fp32", "int8", "search-fp32", "search-int8")
 LABELS = {"arm64": "arm64 (qemu, python)", "browser": "browser (chromium, wasm)"}
+
+
+class Progress:
+    """Progress lines on stderr, each flushed at once and prefixed with the seconds since the
+    check started: `[  74.0s] arm64 (qemu, python) fp32: ...`."""
+
+    def __init__(self, stream=None) -> None:
+        self.start = time.perf_counter()
+        self.stream = stream  # None: sys.stderr at the time of each line (pytest swaps it)
+
+    def __call__(self, message: str) -> None:
+        elapsed = time.perf_counter() - self.start
+        print(f"[{elapsed:6.1f}s] {message}", file=self.stream or sys.stderr, flush=True)
 
 
 class UnsupportedError(Exception):
@@ -190,30 +206,38 @@ def main(argv: list[str] | None = None) -> int:
             "--variants fp32,int8,search (make edge does)"
         )
 
+    progress = Progress()
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.screenshot:
+        Path(args.screenshot).parent.mkdir(parents=True, exist_ok=True)
     words = args.out / "words.txt"
     words.write_text("".join(f"{w}\n" for w in test_words(args.inputs)), encoding="utf-8")
     reference = {}
     rows = []
     for variant in dict.fromkeys(["fp32", *variants]):  # the fp32 loop: every row's yardstick
+        progress(f"x86-64 (python) {label(variant)}: start")
         reference[variant], seconds = x86_reference(args.bundle, words, variant, args.out)
+        n = len(reference[variant])
+        agree = same(reference[variant], reference["fp32"])
+        progress(f"x86-64 (python) {label(variant)}: {n} outputs in {seconds:.1f} s")
         if variant in variants:
-            n = len(reference[variant])
-            agree = same(reference[variant], reference["fp32"])
             rows.append(("x86-64 (python)", variant, n, None, agree, seconds))
     for target in targets:
         for variant in variants:
             shot = args.screenshot if variant == variants[0] else None
             ref = reference[variant]
+            name = f"{LABELS[target]} {label(variant)}"
+            progress(f"{name}: start ({len(ref)} inputs)")
             try:
                 lines, seconds = run_target(target, args.bundle, words, variant, args.out, shot)
             except UnsupportedError as exc:
-                print(f"{LABELS[target]} {label(variant)}: {exc}", file=sys.stderr)
+                progress(f"{name}: {exc}")
                 reason = f"not supported by onnxruntime-web {onnxruntime_web_version()}"
                 rows.append((LABELS[target], variant, len(ref), reason, None, None))
                 continue
-            agree = same(lines, reference["fp32"])
-            rows.append((LABELS[target], variant, len(ref), same(lines, ref), agree, seconds))
+            identical, agree = same(lines, ref), same(lines, reference["fp32"])
+            progress(f"{name}: {identical}/{len(ref)} identical to x86 in {seconds:.1f} s")
+            rows.append((LABELS[target], variant, len(ref), identical, agree, seconds))
 
     print_table(rows)
     if bad := failures(rows):

@@ -1,0 +1,84 @@
+"""The scripts outside the package (benchmarks/, scripts/edge/): how they fail and what they
+print while they run.
+
+- scripts/edge/edge_check.py prints a progress line when each target and variant starts and
+  ends (its targets replaced by stand-ins: the real ones need qemu and Chromium).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def load_edge_check():
+    """scripts/edge/edge_check.py as a module (it is a script, not part of the package)."""
+    spec = importlib.util.spec_from_file_location(
+        "edge_check", ROOT / "scripts" / "edge" / "edge_check.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_edge_check_prints_progress_per_target_and_variant(tmp_path, monkeypatch, capsys) -> None:
+    edge_check = load_edge_check()
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    search = {"fp32": {"file": "search.onnx"}, "int8": {"file": "search.int8.onnx"}}
+    (bundle / "manifest.json").write_text(json.dumps({"search": search}))
+    words = ["hello", "world", "quokka"]
+    started = []
+
+    def x86_reference(bundle, words_file, variant, out):
+        return [w.upper() for w in words], 0.5
+
+    def run_target(target, bundle, words_file, variant, out, shot):
+        started.append((target, variant))
+        if target == "browser" and variant == "search-int8":
+            raise edge_check.UnsupportedError("no BeamSearch kernel")
+        return [w.upper() for w in words], 2.0
+
+    monkeypatch.setattr(edge_check, "test_words", lambda n: words[:n])
+    monkeypatch.setattr(edge_check, "x86_reference", x86_reference)
+    monkeypatch.setattr(edge_check, "run_target", run_target)
+    shot = tmp_path / "cache" / "shots" / "edge-demo.png"
+    args = ["--bundle", str(bundle), "--out", str(tmp_path / "out"), "--screenshot", str(shot)]
+    assert edge_check.main(args) == 0
+    assert shot.parent.is_dir()  # made for the browser check to write into
+
+    out, err = capsys.readouterr()
+    lines = err.splitlines()
+    assert all(re.match(r"\[ *\d+\.\ds\] ", line) for line in lines), lines
+    messages = [line.split("] ", 1)[1] for line in lines]
+    expected = []
+    for variant in edge_check.VARIANTS:
+        name = f"x86-64 (python) {edge_check.label(variant)}"
+        expected += [f"{name}: start", f"{name}: 3 outputs in 0.5 s"]
+    for target in edge_check.TARGETS:
+        for variant in edge_check.VARIANTS:
+            name = f"{edge_check.LABELS[target]} {edge_check.label(variant)}"
+            end = f"{name}: 3/3 identical to x86 in 2.0 s"
+            if (target, variant) == ("browser", "search-int8"):
+                end = f"{name}: no BeamSearch kernel"
+            expected += [f"{name}: start (3 inputs)", end]
+    assert messages == expected
+    assert len(started) == len(edge_check.TARGETS) * len(edge_check.VARIANTS)
+    assert "| arm64 (qemu, python) | fp32 | 3 | 3/3 | 3/3 | 2.0 s |" in out
+
+
+def test_edge_check_help() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "edge" / "edge_check.py"), "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "--screenshot" in proc.stdout
