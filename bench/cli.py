@@ -24,7 +24,7 @@ from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.providers import OPTIMIZATION_LEVELS, PROVIDER_CHOICES
 
 from .compare import run_benchmark
-from .lm import bench_lm, lm_markdown
+from .one_graph import bench_one_graph, one_graph_markdown
 from .report import markdown_report, plot_report
 from .sources import benchmark_sources
 from .timing import BenchSpec
@@ -133,15 +133,15 @@ def _bench_one_graph(
     optimization: str,
     described: str,
 ) -> dict:
-    """`edgeseq bench` of a GPT or BERT bundle (bench/lm.py): print the table, return the
+    """`edgeseq bench` of a GPT or BERT bundle (bench/one_graph.py): print the table, return the
     report."""
     if checkpoint is not None:
         raise OptionsError("--checkpoint compares PyTorch on encoder-decoder bundles only")
     if loaded.architecture == "encoder-only" and spec.beam_size > 1:
         raise OptionsError("a BERT bundle has no search: --beam does not apply")
-    report = bench_lm(
+    report = bench_one_graph(
         loaded, spec, variants or None, provider, optimization, described,
         progress=lambda message: click.echo(f"measuring {message}", err=True),
     )  # fmt: skip
-    click.echo(lm_markdown(report), nl=False)
+    click.echo(one_graph_markdown(report), nl=False)
     return report

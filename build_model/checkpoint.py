@@ -38,7 +38,7 @@ from edgeseq.runtime.constants import CONFIG_FILE, TOKENIZER_FILE
 from edgeseq.runtime.errors import CheckpointError, ConfigError, EdgeseqError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-from .lm import Model, build_transformer
+from .kinds import Model, build_transformer
 from .model import Seq2SeqTransformer
 
 CHECKPOINT_FORMAT = 1

@@ -355,5 +355,6 @@ def init_linears(model: nn.Module, skip: nn.Module) -> None:
 
 
 def final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
-    """Pre-norm stacks end with a LayerNorm; post-norm ones are already normalised."""
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.norm == "pre" else None
+    """The LayerNorm that ends a stack when `cfg.has_final_norm` (pre-norm stacks by default;
+    post-norm ones are already normalised unless `final_norm` asks for one)."""
+    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.has_final_norm else None

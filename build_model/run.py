@@ -15,7 +15,7 @@ from edgeseq.runtime.errors import CheckpointError, ConfigError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .checkpoint import load_checkpoint, read_meta
-from .lm import build_transformer
+from .kinds import build_transformer
 from .model import Seq2SeqTransformer
 from .recipe import Recipe
 from .tasks import Task, load_task
@@ -66,7 +66,7 @@ def new_run(
 
 def check_architecture(task: Task, recipe: Recipe) -> None:
     """ConfigError when the recipe's architecture cannot train `task`."""
-    from .lm_tasks import TASK_ARCHITECTURE
+    from .word_tasks import TASK_ARCHITECTURE
 
     want = TASK_ARCHITECTURE.get(task.name, "encoder-decoder")
     got = recipe.model.get("architecture", "encoder-decoder")

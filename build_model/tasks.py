@@ -34,7 +34,7 @@ from edgeseq.runtime.tokenizer import KINDS, Tokenizer, TokenizerPair
 Pair = tuple[str, str]
 SPLITS = ("train", "dev", "test")
 SYNTHETIC = ("reverse", "sort", "copy")
-TASK_NAMES = ("g2p", *SYNTHETIC, "tsv", "words", "stress")  # words, stress: build_model.lm_tasks
+TASK_NAMES = ("g2p", *SYNTHETIC, "tsv", "words", "stress")  # words, stress: build_model.word_tasks
 G2P_WORD = re.compile(r"^[a-z']+$")
 STRESS_DIGITS = re.compile(r"\d")
 
@@ -123,9 +123,9 @@ def load_task(name: str, **options: Any) -> Task:
     """Build task `name` with its options (see the module docstring); DataError if unknown."""
     if name not in TASK_NAMES:
         raise DataError(f"unknown task {name!r}; choose one of {', '.join(TASK_NAMES)}")
-    from .lm_tasks import LM_TASKS  # imports this module
+    from .word_tasks import WORD_TASKS  # imports this module
 
-    builder = {"g2p": g2p_task, "tsv": tsv_task, **LM_TASKS}.get(name, synthetic_task)
+    builder = {"g2p": g2p_task, "tsv": tsv_task, **WORD_TASKS}.get(name, synthetic_task)
     args = (name,) if name in SYNTHETIC else ()
     try:
         inspect.signature(builder).bind(*args, **options)

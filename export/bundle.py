@@ -26,6 +26,7 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.bundle import version_key
+from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
@@ -33,7 +34,10 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 from .heldout import HeldOut
 from .limits import LEVEL3_MIN_INPUTS
 from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
+from .report import format_source_parity
 from .search_parity import build_search_variant, check_search_parity
+from .source_parity import check_source_parity, source_parity
+from .sources import SourceReference
 from .variants import SEARCH_VARIANT, VariantOptions, build_variants
 from .verify import check_parity, open_engine, random_sources, run_parity
 
@@ -99,25 +103,54 @@ def portable_task(task: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def bundle_config(
-    model: Seq2SeqTransformer,
+    cfg: ModelConfig,
     tokenizer_files: list[str],
-    encoder: GraphInfo,
-    decoder: GraphInfo,
+    graphs: dict[str, GraphInfo],
     task: dict[str, Any] | None,
+    kind: str | None = None,
 ) -> dict[str, Any]:
-    """The content of a bundle's config.json (see docs/bundle.md)."""
-    cfg = model.cfg
+    """The content of a bundle's config.json (see docs/bundle.md): `graphs` maps each graph's
+    role ("encoder", "decoder"; "model" for one-graph kinds) to its export info; `kind`
+    ("gpt", "bert") is written for one-graph bundles."""
     ids = {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
     tokens = dict(zip(ids, C.SPECIAL_TOKENS, strict=True))
-    return {
+    config = {
         "model": cfg.to_dict(),
         "special_tokens": {role: {"id": i, "token": tokens[role]} for role, i in ids.items()},
-        "io": {
-            "encoder": {"inputs": encoder.inputs, "outputs": encoder.outputs},
-            "decoder": {"inputs": decoder.inputs, "outputs": decoder.outputs},
-        },
+        "io": {role: {"inputs": g.inputs, "outputs": g.outputs} for role, g in graphs.items()},
         "tokenizers": {"source": tokenizer_files[0], "target": tokenizer_files[-1]},
         "task": portable_task(task),
+    }
+    return config | ({"kind": kind} if kind else {})
+
+
+def bundle_manifest(
+    graphs: dict[str, GraphInfo],
+    started: float,
+    variants: dict[str, Any],
+    parity: dict[str, Any],
+    min_ort: str,
+    **extra: Any,
+) -> dict[str, Any]:
+    """manifest.json's fields before `write_manifest` adds the format and checksums: the
+    versions, the graphs' sizes and export times, the variants table, the parity report and
+    `extra` fields (`kind`, `architecture`, `search`)."""
+    first = next(iter(graphs.values()))
+    return {
+        "edgeseq_version": edgeseq_version(),
+        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "min_onnxruntime": min_ort,
+        "opset": first.opset,
+        "ir_version": first.ir_version,
+        "exporter": exporter_versions(),
+        "graphs": {
+            role: {"bytes": g.bytes, "export_seconds": round(g.seconds, 2)}
+            for role, g in graphs.items()
+        },
+        "export_seconds": round(time.perf_counter() - started, 2),
+        "variants": variants,
+        "parity": parity,
+        **extra,
     }
 
 
@@ -128,7 +161,8 @@ def refuse_existing(out: str | Path, force: bool) -> None:
         raise OutputExistsError(f"{out} already exists; pass --force to replace it")
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """`data` as JSON with sorted keys and a final newline (config.json's format)."""
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
@@ -146,6 +180,7 @@ def export_bundle(
     variants: VariantOptions | None = None,
     progress: Progress | None = None,
     fuse: bool = True,
+    reference: SourceReference | None = None,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
@@ -155,7 +190,9 @@ def export_bundle(
     are used and the gates measure agreement with fp32 only. With `verify`, a parity failure
     raises `ParityError`, a variant missing its gate `GateError`, and nothing is written.
     `fuse` exports the graphs with fused attention (`com.microsoft` `MultiHeadAttention`,
-    fused projections); `fuse=False` writes standard ONNX operators only."""
+    fused projections); `fuse=False` writes standard ONNX operators only. `reference`, the
+    model an import adapter mapped (export/sources/), adds the parity group against it
+    (export/source_parity.py): the bundle must reproduce the original, not only `model`."""
     say = progress or (lambda _: None)
     out = Path(out)
     refuse_existing(out, force)
@@ -163,7 +200,7 @@ def export_bundle(
     with atomic_directory(out) as tmp:
         manifest = _write_into(
             model, tokenizers, tmp, task, held, opset, verify, max_new_tokens,
-            variants or VariantOptions(), say, fuse,
+            variants or VariantOptions(), say, fuse, reference,
         )  # fmt: skip
         if (out.exists() or out.is_symlink()) and not force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
@@ -183,6 +220,7 @@ def _write_into(
     variants: VariantOptions,
     say: Progress,
     fuse: bool,
+    reference: SourceReference | None,
 ) -> dict[str, Any]:
     """Every step of `export_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
@@ -210,6 +248,12 @@ def _write_into(
             progress=say,
         )
         check_parity(parity)
+        if reference is not None:
+            say(f"parity against the source model on {len(held.sources)} inputs")
+            parity["source"] = source_parity(reference, engine, held, model.cfg, max_new_tokens)
+            parity["passed"] = parity["passed"] and parity["source"]["passed"]
+            say(format_source_parity(parity["source"]))
+            check_source_parity(parity)
     table = build_variants(
         directory,
         model.cfg,
@@ -232,27 +276,12 @@ def _write_into(
             check_search_parity(parity)
     say("write config, tokenizers, manifest")
     tokenizer_files = tokenizers.save(directory, model.cfg.max_len)
-    _write_json(
-        directory / C.CONFIG_FILE, bundle_config(model, tokenizer_files, encoder, decoder, task)
+    graphs = {"encoder": encoder, "decoder": decoder}
+    write_json(directory / C.CONFIG_FILE, bundle_config(model.cfg, tokenizer_files, graphs, task))
+    min_ort = min_onnxruntime(
+        encoder.opset, encoder.ir_version, fused=fuse, search=search is not None
     )
-    graphs = {
-        "encoder": {"bytes": encoder.bytes, "export_seconds": round(encoder.seconds, 2)},
-        "decoder": {"bytes": decoder.bytes, "export_seconds": round(decoder.seconds, 2)},
-    }
-    manifest = {
-        "edgeseq_version": edgeseq_version(),
-        "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "min_onnxruntime": min_onnxruntime(
-            encoder.opset, encoder.ir_version, fused=fuse, search=search is not None
-        ),
-        "opset": encoder.opset,
-        "ir_version": encoder.ir_version,
-        "exporter": exporter_versions(),
-        "graphs": graphs,
-        "export_seconds": round(time.perf_counter() - start, 2),
-        "variants": table,
-        "parity": parity,
-    }
-    if search is not None:
-        manifest["search"] = search
-    return write_manifest(directory, manifest)
+    extra = {"search": search} if search is not None else {}
+    return write_manifest(
+        directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
+    )

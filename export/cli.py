@@ -23,6 +23,7 @@ from edgeseq.runtime.progress import progress_bar
 
 from .limits import DEFAULT_MAX_METRIC_DROP, LEVEL3_MIN_INPUTS
 from .report import format_attempts, format_parity, format_variants
+from .sources import ADAPTERS
 
 Progress = Callable[[str], None]
 
@@ -48,8 +49,25 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
 
 
 @click.command()
-@click.argument("checkpoint", type=click.Path(path_type=Path))
+@click.argument("checkpoint", metavar="SOURCE", type=click.Path(path_type=Path))
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Bundle directory.")
+@click.option(
+    "--source",
+    "adapter",
+    type=click.Choice(["auto", *ADAPTERS]),
+    default="auto",
+    show_default=True,
+    help="What SOURCE is: an edgeseq checkpoint (checkpoint), a torch.nn.Transformer model "
+    "described by a torch_source.json (torch), a Hugging Face MarianMT directory (marian); "
+    "auto recognises it.",
+)
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Held-out inputs for parity level 3 and the gates: one input per line, optionally "
+    "TAB reference (default: the checkpoint task's dev split, else random ids).",
+)
 @click.option("--opset", type=int, default=None, help="ONNX opset (default: the exporter's).")
 @click.option("--force", is_flag=True, help="Replace an existing bundle at --out.")
 @click.option("--no-verify", "no_verify", is_flag=True, help="Skip the parity checks.")
@@ -90,6 +108,8 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
 def export(
     checkpoint: Path,
     out: Path,
+    adapter: str,
+    data: Path | None,
     opset: int | None,
     force: bool,
     no_verify: bool,
@@ -99,7 +119,11 @@ def export(
     quantize_all: bool,
     fuse: bool,
 ) -> None:
-    """Export CHECKPOINT to an ONNX bundle at --out, with parity evidence in its manifest."""
+    """Export SOURCE to an ONNX bundle at --out, with parity evidence in its manifest.
+
+    SOURCE is a checkpoint of `edgeseq train`, a torch_source.json describing your own
+    torch.nn.Transformer model, or a Hugging Face MarianMT directory (save_pretrained);
+    imported models are also checked against the original model (docs/import.md)."""
     start = time.perf_counter()
     from .pipeline import export_checkpoint
     from .variants import GateError, VariantOptions, parse_variants
@@ -126,6 +150,8 @@ def export(
                 variants=options,
                 progress=say,
                 fuse=fuse,
+                source=None if adapter == "auto" else adapter,
+                data=data,
             )
         except GateError as exc:
             click.echo(format_attempts(exc.attempts))
@@ -142,7 +168,14 @@ def export(
     "--checkpoint",
     required=True,
     type=click.Path(path_type=Path),
-    help="The checkpoint the bundle was exported from.",
+    help="The model the bundle was exported from (a checkpoint, torch_source.json or "
+    "Hugging Face directory, as given to export).",
+)
+@click.option(
+    "--data",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Held-out inputs, as for export.",
 )
 @click.option(
     "--inputs",
@@ -151,14 +184,14 @@ def export(
     show_default=True,
     help="Held-out inputs for parity level 3.",
 )
-def verify(bundle: Path, checkpoint: Path, inputs: int) -> None:
-    """Re-run the parity checks of BUNDLE against the PyTorch CHECKPOINT."""
+def verify(bundle: Path, checkpoint: Path, data: Path | None, inputs: int) -> None:
+    """Re-run the parity checks of BUNDLE against the PyTorch model it came from."""
     from .pipeline import verify_bundle
 
     start = time.perf_counter()
     say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
     try:
-        report = verify_bundle(bundle, checkpoint, inputs=inputs, progress=say)
+        report = verify_bundle(bundle, checkpoint, inputs=inputs, progress=say, data=data)
     except ParityError as exc:
         click.echo(format_parity(exc.report))
         raise

@@ -5,15 +5,17 @@ held.sources[0]      # [12, 7, 9, 2]: source ids ending with </s>
 held.texts[0]        # "abc" (None for random sources)
 held.description     # "task reverse, dev split (200 of 1000)"
 held.references[0]   # ["cba"]: every target of that source in its split (None when random)
+held = heldout_from_file("pairs.tsv", tokenizers, model)   # the user's data (--data)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
-from edgeseq.runtime.errors import EdgeseqError
+from edgeseq.runtime.errors import EdgeseqError, InputFileError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .limits import LEVEL3_MIN_INPUTS
@@ -78,3 +80,39 @@ def heldout_sources(
     return HeldOut(
         sources, texts, description, None, references, name, loaded.target_tokens_are_chars
     )
+
+
+def heldout_from_file(
+    path: str | Path, tokenizers: TokenizerPair, model: Seq2SeqTransformer, n: int = 200
+) -> HeldOut:
+    """The first `n` distinct sources of a UTF-8 file that fit `max_len`: one input per
+    line, optionally followed by a tab and its reference (more tabs: more references). With
+    references the variants' gates score word error rate against them, without they measure
+    agreement with fp32."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputFileError(f"cannot read --data {path}: {exc}") from None
+    rows = [line.split("\t") for line in lines if line.strip()]
+    with_refs = bool(rows) and all(len(r) > 1 for r in rows)
+    cfg, eos = model.cfg, tokenizers.source.eos_id
+    sources, texts, references, seen = [], [], [], set()
+    for source, *refs in rows:
+        ids = [*tokenizers.source.encode(source), eos]
+        if source in seen or len(ids) > cfg.max_len or len(ids) == 1:
+            continue
+        seen.add(source)
+        sources.append(ids)
+        texts.append(source)
+        references.append(refs)
+        if len(sources) == n:
+            break
+    if not sources:
+        raise InputFileError(
+            f"--data {path} has no input within the model's max_len ({cfg.max_len} tokens); "
+            "pass a file with one input per line (input TAB reference, optionally)"
+        )
+    description = f"{path.name}: {len(sources)} inputs"
+    refs_out = references if with_refs else None
+    return HeldOut(sources, texts, description, None, refs_out, "data" if with_refs else None)

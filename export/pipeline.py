@@ -1,11 +1,13 @@
-"""Export a checkpoint directory to a bundle, or re-verify a bundle against its checkpoint.
+"""Export a model to a bundle, or re-verify a bundle against the model it came from.
 
     manifest = export_checkpoint("runs/rev/best", "bundles/rev", variants=VariantOptions(...))
     report = verify_bundle("bundles/rev", "runs/rev/best")
 
 The library behind `edgeseq export` and `edgeseq verify` (export/cli.py parses options and
-prints): load the checkpoint, pick the held-out inputs of its task, and hand both to
-`export_bundle` or to the parity levels. Both take a `progress` callback for their lines.
+prints), as a recipe: a source adapter loads the model (export/sources/), the held-out
+inputs are picked (its task's, else random), and the module of the model's kind
+(export/kinds/) exports, proves parity, builds the variants and writes the bundle. Both take
+a `progress` callback for their lines.
 """
 
 from __future__ import annotations
@@ -21,43 +23,61 @@ from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import check_files, read_manifest
 
-from .bundle import export_bundle, refuse_existing
-from .heldout import heldout_sources
+from .bundle import refuse_existing
+from .heldout import HeldOut, heldout_from_file, heldout_sources
+from .kinds import kind_module
 from .limits import LEVEL3_MIN_INPUTS
-from .search_parity import check_search_parity, search_parity_group
+from .sources import SourceError, SourceModel, open_source
 from .variants import VariantOptions
-from .verify import check_parity, open_engine, run_parity
 
 Progress = Callable[[str], None]
 
 
-def _load(checkpoint: str | Path, say: Progress) -> tuple[Any, Any, Any]:
-    from edgeseq.build_model.checkpoint import load_checkpoint
-
+def _load(path: str | Path, say: Progress, adapter: str | None = None) -> SourceModel:
+    """The model at `path` through its source adapter (export/sources/), with a summary line."""
     start = time.perf_counter()
-    model, tokenizers, meta = load_checkpoint(checkpoint)
-    cfg = model.cfg
-    params = sum(p.numel() for p in model.parameters())
+    source = open_source(path, adapter)
+    cfg = source.model.cfg
+    params = sum(p.numel() for p in source.model.parameters())
     say(
-        f"load {checkpoint}: d_model {cfg.d_model}, {cfg.n_heads} heads, "
+        f"load {path}: d_model {cfg.d_model}, {cfg.n_heads} heads, "
         f"{_layers(cfg)} layers, vocab "
         f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}, {params / 1e6:.2f} M params "
         f"({time.perf_counter() - start:.1f} s)"
     )
-    return model, tokenizers, meta
+    return source
 
 
 def _layers(cfg: Any) -> str:
     """ "3+3" for an encoder–decoder, "2 decoder-only" / "2 encoder-only" for GPT / BERT."""
-    if cfg.architecture == "decoder-only":
+    if cfg.architecture == C.DECODER_ONLY:
         return f"{cfg.n_decoder_layers} decoder-only"
-    if cfg.architecture == "encoder-only":
+    if cfg.architecture == C.ENCODER_ONLY:
         return f"{cfg.n_encoder_layers} encoder-only"
     return f"{cfg.n_encoder_layers}+{cfg.n_decoder_layers}"
 
 
 def export_checkpoint(
     checkpoint: str | Path,
+    out: str | Path,
+    *,
+    force: bool = False,
+    progress: Progress | None = None,
+    source: str | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Export the model at `checkpoint` (read by the `source` adapter, default: the one that
+    recognises the path; export/sources/) to a bundle at `out`; return the manifest.
+    `options` are `export_source`'s (opset, verify, inputs, variants, fuse)."""
+    say = progress or (lambda _: None)
+    refuse_existing(out, force)  # before the slow steps
+    check_writable(out)
+    loaded = _load(checkpoint, say, source)
+    return export_source(loaded, out, force=force, progress=say, **options)
+
+
+def export_source(
+    source: SourceModel,
     out: str | Path,
     *,
     opset: int | None = None,
@@ -67,37 +87,37 @@ def export_checkpoint(
     variants: VariantOptions | None = None,
     progress: Progress | None = None,
     fuse: bool = True,
+    data: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Export a checkpoint directory to a bundle at `out` with the `variants` (default fp32
-    only), each non-fp32 one gated on the same held-out inputs; return the manifest.
-    `fuse=False` exports graphs of standard ONNX operators only (see `export_bundle`)."""
+    """Export a loaded `source` to a bundle at `out` with its kind's module (export/kinds/):
+    the steps after the adapter, which never ask where the model came from. `variants`
+    (default fp32 only) are each gated on the same held-out inputs (`inputs` of them);
+    `fuse=False` exports graphs of standard ONNX operators only (see `export_bundle`).
+    `data`: a file of held-out inputs (export/heldout.py) instead of the task's dev split
+    (or random ids when the source has no task)."""
     say = progress or (lambda _: None)
-    refuse_existing(out, force)  # before the slow steps
-    check_writable(out)
-    model, tokenizers, meta = _load(checkpoint, say)
-    held = heldout_sources(meta.task, tokenizers, model, inputs) if verify else None
+    model, tokenizers = source.model, source.tokenizers
+    held = _held_out(source, inputs, data) if verify else None
     if held is not None and held.warning:
         say(f"warning: {held.warning}")
-    if model.cfg.architecture != "encoder-decoder":  # GPT or BERT: one graph
-        from .lm_bundle import export_lm_bundle
+    options: dict[str, Any] = {}
+    if model.cfg.architecture == C.ENCODER_DECODER:
+        options = {"fuse": fuse, "reference": source.reference}
+    elif source.reference is not None:
+        raise SourceError(
+            f"{source.description}: parity against the source model is built for "
+            "encoder-decoder models only; import a decoder-only or encoder-only model later"
+        )
+    return kind_module(model.cfg.architecture).export(
+        model, tokenizers, out, task=source.task, held=held, opset=opset, force=force,
+        verify=verify, variants=variants, progress=say, **options,
+    )  # fmt: skip
 
-        return export_lm_bundle(
-            model, tokenizers, out, task=meta.task, held=held, opset=opset, force=force,
-            verify=verify, variants=variants, progress=say,
-        )  # fmt: skip
-    return export_bundle(
-        model,
-        tokenizers,
-        out,
-        task=meta.task,
-        held=held,
-        opset=opset,
-        force=force,
-        verify=verify,
-        variants=variants,
-        progress=say,
-        fuse=fuse,
-    )
+
+def _held_out(source: SourceModel, inputs: int, data: str | Path | None) -> HeldOut:
+    if data is not None:
+        return heldout_from_file(data, source.tokenizers, source.model, inputs)
+    return heldout_sources(source.task, source.tokenizers, source.model, inputs)
 
 
 def verify_bundle(
@@ -106,51 +126,34 @@ def verify_bundle(
     *,
     inputs: int = LEVEL3_MIN_INPUTS,
     progress: Progress | None = None,
+    source: str | None = None,
+    data: str | Path | None = None,
 ) -> dict[str, Any]:
-    """Re-run parity levels 1-3 of `bundle` against `checkpoint`, and the search variant's
-    group when the bundle has one; return the report.
+    """Re-run parity levels 1-3 of `bundle` against the model at `checkpoint` (read by the
+    `source` adapter), and the search variant's group when the bundle has one; return the
+    report.
 
     Raises BundleError for a tampered bundle or one exported from another model, and
     ParityError (carrying the report) when a level fails."""
     say = progress or (lambda _: None)
     manifest = read_manifest(bundle)
     if manifest.get("kind") in ("gpt", "bert"):  # one graph: checksums, then its parity
-        from .lm_bundle import verify_lm_bundle
-
         check_files(bundle, manifest)
-        say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
-        model, tokenizers, meta = _load(checkpoint, say)
-        held = heldout_sources(meta.task, tokenizers, model, inputs)
-        return verify_lm_bundle(Path(bundle), manifest, model, held, say)
-    loaded = load_bundle(bundle)  # the runtime's checks: manifest, checksums, config, tokenizers
-    bundle, manifest, bundle_cfg = loaded.path, loaded.manifest, loaded.config
+        bundle, bundle_cfg = Path(bundle), None
+    else:  # the runtime's checks: manifest, checksums, config, tokenizers
+        loaded = load_bundle(bundle)
+        bundle, manifest, bundle_cfg = loaded.path, loaded.manifest, loaded.config
     say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
-    model, tokenizers, meta = _load(checkpoint, say)
-    if bundle_cfg != model.cfg:
+    loaded_source = _load(checkpoint, say, source)
+    model, tokenizers = loaded_source.model, loaded_source.tokenizers
+    if bundle_cfg is not None and bundle_cfg != model.cfg:
         raise BundleError(
             f"{bundle} was exported from a model with another config than {checkpoint}; "
             "pass the checkpoint it was exported from"
         )
-    variant = manifest["variants"]["fp32"]
-    engine = open_engine(bundle / variant["encoder"], bundle / variant["decoder"], bundle_cfg)
-    held = heldout_sources(meta.task, tokenizers, model, inputs)
+    held = _held_out(loaded_source, inputs, data)
     if held.warning:
         say(f"warning: {held.warning}")
-    report = run_parity(
-        model,
-        engine,
-        held.sources,
-        source_description=held.description,
-        texts=held.texts,
-        progress=say,
-    )
-    check_parity(report)
-    precisions = [p for p in C.SEARCH_FILES if p in (manifest.get("search") or {})]
-    if precisions:  # the one-graph search variant: its parity group again
-        group = search_parity_group(
-            bundle, bundle_cfg, tokenizers, precisions, held, model.cfg.max_len, say
-        )
-        report["search"] = group
-        report["passed"] = report["passed"] and group["passed"]
-        check_search_parity(report)
-    return report
+    kind = kind_module(model.cfg.architecture)
+    extra = {"reference": loaded_source.reference} if loaded_source.reference else {}
+    return kind.verify(bundle, manifest, model, tokenizers, held, say, **extra)

@@ -71,6 +71,7 @@ def format_parity(report: dict[str, Any]) -> str:
         check = f"identical beam-{beam['beam_size']} best hypotheses (first {beam['inputs']})"
         rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
     rows += search_parity_rows(report.get("search"))
+    rows += source_parity_rows(report.get("source"))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
         text = m.get("source_text", m["source_ids"])
@@ -204,3 +205,36 @@ def search_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
             value = f"{entry['fp32']:.2%} -> {entry[precision]:.2%}"
             rows.append(("4", f"{precision} search {entry['metric']} vs fp32", value, "report"))
     return rows
+
+
+def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """Rows (level, check, value, result) of a parity report's "source" group: the graphs
+    against the model an import adapter mapped (export/source_parity.py)."""
+    if not group:
+        return []
+    ok = lambda passed: "ok" if passed else "FAIL"  # noqa: E731
+    rows = []
+    for level, what in (("1", "one call"), ("2", "cached steps")):
+        entry = group[f"level{level}"]
+        check = f"source: logits vs the source model, {what} ({entry['positions']} positions)"
+        rows.append((level, check, f"{entry['max_abs_diff']:.1e}", ok(entry["passed"])))
+    for name in ("greedy", "beam"):
+        entry = group["level3"][name]
+        ties = f" + {entry['near_ties']} near ties" if entry["near_ties"] else ""
+        check = f"source: identical beam-{entry['beam_size']} ids ({entry['source_search']})"
+        value = f"{entry['identical']}/{entry['inputs']}{ties}"
+        rows.append(("3", check, value, ok(entry["passed"])))
+    return rows
+
+
+def format_source_parity(group: dict[str, Any]) -> str:
+    """The source group as a table, with its first mismatches (the console's lines)."""
+    lines = [format_table([("level", "check", "value", "result"), *source_parity_rows(group)])]
+    for name in ("greedy", "beam"):
+        for m in group["level3"][name]["mismatches"]:
+            tie = " (near tie)" if m["near_tie"] else ""
+            lines.append(
+                f"  {name} input #{m['index']}: first differs at step {m['step']}{tie}, "
+                f"source top-2 {m['source_top2']}, onnx top-2 {m['onnx_top2']}"
+            )
+    return "\n".join(lines)

@@ -206,7 +206,7 @@ def search_parity_group(
         group[precision] = {"rows": rows}
     group["fp32"]["passed"] = all(r["identical"] == r["inputs"] for r in group["fp32"]["rows"])
     if "int8" in group:
-        metric = "wer" if held.task_name == "g2p" else "exact_match"
+        metric = "wer" if held.task_name in ("g2p", "data") else "exact_match"
         ref = Reference(held, tokenizers, limit, metric) if held.references is not None else None
         fp32_greedy = graph_best["fp32"][1]
         group["int8"] |= _metric(ref, graph_best["int8"][1], fp32_greedy)

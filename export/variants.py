@@ -155,7 +155,7 @@ def fp32_reference(
     if held.references is None:
         metric = "agreement"
     else:
-        metric = "wer" if held.task_name == "g2p" else "exact_match"
+        metric = "wer" if held.task_name in ("g2p", "data") else "exact_match"
     ref = Reference(held, tokenizers, max_new, metric)
     ref.ids = ref.decode(_engine(directory, "fp32", config))
     ref.scores = ref.score(ref.ids)

@@ -146,7 +146,7 @@ def level2_steps(
 
 
 # -- level 3 ---------------------------------------------------------------------------------
-def _top2(logits: np.ndarray) -> list[list[float]]:
+def top2(logits: np.ndarray) -> list[list[float]]:
     """[[id, logit], [id, logit]] of the two largest entries of a (V,) vector."""
     order = np.argsort(-logits)[:2]
     return [[int(i), float(logits[i])] for i in order]
@@ -164,7 +164,7 @@ def first_divergence(
     tops = []
     for engine in (reference, candidate):
         logits, _ = engine.step(engine.start(src), prefix)
-        tops.append(_top2(logits[0, -1]))
+        tops.append(top2(logits[0, -1]))
     return {"step": step, "torch_top2": tops[0], "onnx_top2": tops[1]}
 
 
@@ -256,6 +256,17 @@ def run_parity(
         level2 = level2_steps(model, engine, sources)
         say(f"parity level 3: greedy sequences on {len(sources)} inputs ({source_description})")
         level3 = level3_sequences(model, engine, sources, limit, texts)
+    return parity_report(level1, level2, level3, source_description, start)
+
+
+def parity_report(
+    level1: dict[str, Any],
+    level2: dict[str, Any],
+    level3: dict[str, Any],
+    source_description: str,
+    started: float,
+) -> dict[str, Any]:
+    """The fp32 parity report of three levels (every kind's), timed from `started`."""
     level3["source"] = source_description
     return {
         "variant": "fp32",
@@ -264,7 +275,7 @@ def run_parity(
         "level1": level1,
         "level2": level2,
         "level3": level3,
-        "seconds": round(time.perf_counter() - start, 2),
+        "seconds": round(time.perf_counter() - started, 2),
     }
 
 

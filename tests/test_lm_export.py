@@ -72,7 +72,8 @@ def test_genai_config_fields(gpt_case: dict[str, Any]) -> None:
 
 def test_gpt_graph_names_and_past_length_zero(gpt_case: dict[str, Any]) -> None:
     from edgeseq.build_model.checkpoint import load_checkpoint
-    from edgeseq.export.lm_parity import gpt_feeds, session_run, torch_run
+    from edgeseq.export.kinds.decoder_only import gpt_feeds, torch_run
+    from edgeseq.export.kinds.one_graph import session_run
 
     model, _, _ = load_checkpoint(gpt_case["run"])
     session = _session(gpt_case["bundle"] / "model.onnx")
@@ -92,14 +93,14 @@ def test_parity_catches_another_model(gpt_case: dict[str, Any]) -> None:
     import torch
 
     from edgeseq.build_model.checkpoint import load_checkpoint
-    from edgeseq.build_model.lm import DecoderOnlyTransformer
-    from edgeseq.export.lm_parity import run_lm_parity, session_run
+    from edgeseq.build_model.decoder_only import DecoderOnlyTransformer
+    from edgeseq.export.kinds.one_graph import run_one_graph_parity, session_run
 
     model, _, _ = load_checkpoint(gpt_case["run"])
     torch.manual_seed(1)
     other = DecoderOnlyTransformer(model.cfg).eval()
     session = session_run(_session(gpt_case["bundle"] / "model.onnx"))
-    report = run_lm_parity(other, session, [[5, 6], [7]])
+    report = run_one_graph_parity(other, session, [[5, 6], [7]])
     assert not report["level1"]["passed"] and not report["passed"]
 
 
@@ -108,7 +109,8 @@ def test_onnxruntime_genai_runs_the_bundle_as_is(gpt_case: dict[str, Any]) -> No
         "onnxruntime_genai", reason="onnxruntime-genai not installed (make test installs it)"
     )
     from edgeseq.build_model.checkpoint import load_checkpoint
-    from edgeseq.export.lm_parity import greedy_loop, session_run
+    from edgeseq.export.kinds.decoder_only import greedy_loop
+    from edgeseq.export.kinds.one_graph import session_run
 
     model, tokenizers, _ = load_checkpoint(gpt_case["run"])
     session = session_run(_session(gpt_case["bundle"] / "model.onnx"))

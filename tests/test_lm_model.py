@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from edgeseq.build_model.lm import (
-    DecoderOnlyTransformer,
-    EncoderOnlyTransformer,
-    build_transformer,
-)
+from edgeseq.build_model.decoder_only import DecoderOnlyTransformer
+from edgeseq.build_model.encoder_only import EncoderOnlyTransformer
+from edgeseq.build_model.kinds import build_transformer
 from edgeseq.build_model.model import EncoderLayer, MultiHeadAttention, Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import ConfigError
@@ -134,7 +132,7 @@ def test_config_architecture_field_is_validated_and_defaults() -> None:
 
 
 def test_stress_label_counts_vowels_and_caps() -> None:
-    from edgeseq.build_model.lm_tasks import stress_label
+    from edgeseq.build_model.word_tasks import stress_label
 
     assert stress_label("F OW1 T AH0 G R AE2 F") == "1"
     assert stress_label("F AH0 T AA1 G R AH0 F IY0") == "2"

@@ -50,8 +50,9 @@ def test_gpt_adapter_equals_numpy_loop_and_torch(gpt: GPTGenerator, gpt_case) ->
     graph == TorchGPTStep over the checkpoint, for a batch of prompts of different lengths
     and the empty prompt."""
     from edgeseq.build_model.checkpoint import load_checkpoint
-    from edgeseq.build_model.lm_step import TorchGPTStep
-    from edgeseq.export.lm_parity import greedy_loop, session_run
+    from edgeseq.build_model.decoder_only import TorchGPTStep
+    from edgeseq.export.kinds.decoder_only import greedy_loop
+    from edgeseq.export.kinds.one_graph import session_run
 
     cfg = gpt.config
     prompts = [gpt.tokenizers.source.encode(p) for p in PROMPTS]

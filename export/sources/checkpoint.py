@@ -1,6 +1,6 @@
 """The edgeseq checkpoint adapter: a directory that `edgeseq train` wrote.
 
-    source = load("runs/rev/best")      # SourceModel; reference None: the model is the source
+source = load("runs/rev/best")      # SourceModel; reference None: the model is the source
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """`edgeseq bench` for GPT and BERT bundles: every variant's one graph, torch-free, in this
 process (the encoder–decoder's per-variant worker processes are in bench/compare.py).
 
-    report = bench_lm(bundle, spec, None, "cpu", "all", "task words, test split")
-    print(lm_markdown(report))
+    report = bench_one_graph(bundle, spec, None, "cpu", "all", "task words, test split")
+    print(one_graph_markdown(report))
 
 GPT: the search of `spec` (greedy or beam) continues each source, a prompt, through
 `OrtGPTStep`; tokens/s counts generated tokens plus `</s>` where it ended, as for the
@@ -73,7 +73,7 @@ def _bert(bundle: Bundle, session: Any, spec: BenchSpec) -> dict[str, Any]:
     return out
 
 
-def bench_lm(
+def bench_one_graph(
     bundle: Bundle,
     spec: BenchSpec,
     variants: tuple[str, ...] | None,
@@ -110,7 +110,7 @@ def bench_lm(
     }
 
 
-def lm_markdown(report: dict[str, Any]) -> str:
+def one_graph_markdown(report: dict[str, Any]) -> str:
     """The report as a markdown table: one row per variant and batch size."""
     gpt = report["kind"] == "gpt"
     rate, latency = ("tokens/s", "seq ms p50") if gpt else ("sequences/s", "batch ms p50")

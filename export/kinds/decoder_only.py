@@ -1,51 +1,136 @@
-"""Parity levels 1-3 of a GPT or BERT graph against PyTorch, in the report format of
-export/verify.py (so `check_parity` and the report formatting serve all three kinds).
+"""The decoder-only kind (GPT) in export: the graph (`model.onnx`, a KV-cached decoder with
+Optimum's and onnxruntime-genai's names), its parity levels, `genai_config.json`
+(export/genai_config.py), and the hooks
+export/kinds/one_graph.py calls to write and verify the bundle.
 
-    report = run_lm_parity(model, session, prompts)     # prompts: held-out id lists
-    check_parity(report)                                # ParityError naming the failed levels
+    info = export_gpt(model, "b/model.onnx")          # KV-cached decoder, Optimum/genai names
 
-GPT: level 1 compares every output on random inputs (past length 0 and > 0, left padding in
-the mask, batch 1 and 3); level 2 the logits of every step of a greedy continuation (the graph
-fed PyTorch's tokens, PyTorch cached and uncached); level 3 the greedy continuations of the
-held-out prompts, each engine choosing its own tokens. BERT: level 1 both outputs on random
-right-padded batches; level 2 the logits of the held-out inputs; level 3 identical predicted
-labels (argmax over the non-special label ids). Both engines run through `greedy_loop`, a plain
-numpy loop over a function with the graph's feeds and outputs.
+Names and axes are those of `runtime/constants.py`. As for the encoder–decoder
+(export/onnx_export.py), the exporter is traced with sizes >= 2 on every dynamic axis, so a
+past length of 0 (the prompt's first run) is tested after export, not traced.
+
+Parity: level 1 every output on random inputs (past 0 and > 0, left padding, batch 1 and 3);
+level 2 the logits of each step of a greedy continuation (PyTorch cached and uncached);
+level 3 the greedy continuations of the held-out prompts, both engines via `greedy_loop`.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
+import onnx
 import torch
+from torch import Tensor, nn
+from torch.export import Dim
 
-from edgeseq.build_model.lm import DecoderOnlyTransformer, EncoderOnlyTransformer
+from edgeseq.build_model.decoder_only import DecoderOnlyTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.padding import right_pad
+from edgeseq.runtime.tokenizer import TokenizerPair
 
-from .parity_graphs import TOLERANCE_FP32, max_abs_diff
-from .verify import single_thread
+from ..genai_config import write_genai_config
+from ..heldout import HeldOut
+from ..onnx_export import GraphInfo, _run
+from ..parity_graphs import TOLERANCE_FP32, max_abs_diff
+from ..verify import top2
+from .one_graph import (
+    EXAMPLE_BATCH,
+    EXAMPLE_NEW,
+    LEVEL2_ROWS,
+    MAX_REPORTED_MISMATCHES,
+    Run,
+    export_one_graph,
+    random_ids,
+    run_info,
+    verify_one_graph,
+)
 
-Run = Callable[[dict[str, np.ndarray]], list[np.ndarray]]  # graph feeds -> graph outputs
-LEVEL2_ROWS = 8
-MAX_REPORTED_MISMATCHES = 5
+NAME = "gpt"  # manifest.json's "kind"
+EXAMPLE_PAST = 3  # >= 2, like one_graph.EXAMPLE_BATCH and EXAMPLE_NEW (module docstring)
 
 
-def torch_run(model: DecoderOnlyTransformer | EncoderOnlyTransformer) -> Run:
+class OnnxGPT(nn.Module):
+    """GPT graph: N new tokens after P cached ones (P = 0 for a prompt's first run).
+
+    Inputs:
+        input_ids                 int64   [B, N]
+        attention_mask            int64   [B, P+N]        1 at real tokens, 0 at pads
+        position_ids              int64   [B, N]          rows of the positional table
+        past_key_values.i.key     float32 [B, H, P, dh]   per layer i (and .value)
+    Outputs:
+        logits                    float32 [B, N, V]
+        present.i.key             float32 [B, H, P+N, dh] past with the new tokens appended
+
+    Slot j is visible from new slot i when j <= i and attention_mask[:, j] == 1 (and every slot
+    sees itself). The graph does not check positions against max_len: the caller must.
+    """
+
+    def __init__(self, model: DecoderOnlyTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self, input_ids: Tensor, attention_mask: Tensor, position_ids: Tensor, *past: Tensor
+    ) -> tuple[Tensor, ...]:
+        """-> logits (B, N, V), then present key, value of each layer (B, H, P+N, dh)."""
+        past_k, past_v = past[0::2], past[1::2]
+        logits, present_k, present_v = self.model.step(
+            input_ids, position_ids, attention_mask, past_k, past_v
+        )
+        return (logits, *(t for pair in zip(present_k, present_v, strict=True) for t in pair))
+
+
+def export_gpt(
+    model: DecoderOnlyTransformer, path: str | Path, opset: int | None = None
+) -> GraphInfo:
+    """Write the GPT graph (see `OnnxGPT`) to `path`."""
+    cfg = model.cfg
+    batch, past, new = EXAMPLE_BATCH, EXAMPLE_PAST, EXAMPLE_NEW
+    b = Dim(C.BATCH, min=1)
+    n = Dim(C.SEQUENCE_LENGTH, min=1, max=cfg.max_len)
+    p = Dim(C.PAST_SEQUENCE_LENGTH, min=0, max=cfg.max_len)
+    kv = torch.randn(batch, cfg.n_heads, past, cfg.d_head)
+    args = (
+        random_ids(cfg, batch, new),
+        torch.ones(batch, past + new, dtype=torch.int64),
+        (torch.arange(new) + past)[None].repeat(batch, 1),
+        *(kv.clone() for _ in range(2 * cfg.n_decoder_layers)),
+    )
+    shapes: dict[str, Any] = {
+        "input_ids": {0: b, 1: n},
+        "attention_mask": {0: b, 1: Dim.AUTO},
+        "position_ids": {0: b, 1: n},
+        "past": tuple({0: b, 2: p} for _ in range(2 * cfg.n_decoder_layers)),
+    }
+    names = (C.gpt_inputs(cfg.n_decoder_layers), C.gpt_outputs(cfg.n_decoder_layers))
+    info = _run(OnnxGPT(model), args, shapes, names, cfg, "gpt", path, opset)
+    _name_total_axis(Path(path))
+    return run_info(info, Path(path))
+
+
+def _name_total_axis(path: Path) -> None:
+    """Name the past + new axis of the mask and the presents `total_sequence_length` (the
+    exporter writes it as a sum or a fresh symbol)."""
+    proto = onnx.load(str(path))
+    known = {C.BATCH, C.SEQUENCE_LENGTH, C.PAST_SEQUENCE_LENGTH}
+    for value in (*proto.graph.input, *proto.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param and dim.dim_param not in known:
+                dim.dim_param = C.TOTAL_SEQUENCE_LENGTH
+    onnx.save_model(proto, str(path), save_as_external_data=False)
+
+
+def torch_run(model: DecoderOnlyTransformer) -> Run:
     """The PyTorch model as a function of the graph's feeds, returning its outputs in order."""
 
     @torch.inference_mode()
     def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
         t = {name: torch.from_numpy(np.ascontiguousarray(a)) for name, a in feeds.items()}
-        if isinstance(model, EncoderOnlyTransformer):
-            hidden, logits = model.encode(t[C.INPUT_IDS], t[C.ATTENTION_MASK])
-            return [hidden.numpy(), logits.numpy()]
         past = [t[name] for name in C.past_names(model.cfg.n_decoder_layers)]
         logits, k, v = model.step(
             t[C.INPUT_IDS], t[C.POSITION_IDS], t[C.ATTENTION_MASK], past[0::2], past[1::2]
@@ -53,12 +138,6 @@ def torch_run(model: DecoderOnlyTransformer | EncoderOnlyTransformer) -> Run:
         return [logits.numpy(), *(a.numpy() for pair in zip(k, v, strict=True) for a in pair)]
 
     return run
-
-
-def session_run(session: ort.InferenceSession) -> Run:
-    """An onnxruntime session as a `Run` (outputs in graph order)."""
-    names = [o.name for o in session.get_outputs()]
-    return lambda feeds: session.run(names, feeds)
 
 
 def gpt_feeds(
@@ -178,11 +257,6 @@ def gpt_level2(
     }
 
 
-def _top2(logits: np.ndarray) -> list[list[float]]:
-    order = np.argsort(-logits)[:2]
-    return [[int(i), round(float(logits[i]), 6)] for i in order]
-
-
 def gpt_level3(
     model: DecoderOnlyTransformer,
     run: Run,
@@ -210,8 +284,8 @@ def gpt_level3(
                     entry["source_text"] = texts[start + offset]
                 entry.update(torch_ids=a, onnx_ids=b, step=step)
                 step = min(step, len(want_steps) - 1, len(got_steps) - 1)
-                entry.update(torch_top2=_top2(want_steps[step][offset]))
-                entry.update(onnx_top2=_top2(got_steps[step][offset]))
+                entry.update(torch_top2=top2(want_steps[step][offset]))
+                entry.update(onnx_top2=top2(got_steps[step][offset]))
                 mismatches.append(entry)
     total = len(prompts)
     return {
@@ -225,99 +299,45 @@ def gpt_level3(
 
 
 # -- BERT ----------------------------------------------------------------------------------
-def bert_feeds(cfg: ModelConfig, sources: Sequence[Sequence[int]]) -> dict[str, np.ndarray]:
-    """input_ids right-padded (sources end with `</s>`) and their attention_mask."""
-    ids = right_pad(sources, cfg.pad_id)
-    return {C.INPUT_IDS: ids, C.ATTENTION_MASK: (ids != cfg.pad_id).astype(np.int64)}
 
 
-def predictions(logits: np.ndarray) -> np.ndarray:
-    """Label id per row: 4 + argmax over the non-special label logits (B, C) -> (B,)."""
-    return logits[:, len(SPECIAL_TOKENS) :].argmax(-1) + len(SPECIAL_TOKENS)
+# -- the hooks of export/kinds/one_graph.py --------------------------------------------------
+export_graph = export_gpt
+export = export_one_graph  # (model, tokenizers, out, *, task, held, ...) -> manifest
+verify = verify_one_graph  # (bundle, manifest, model, tokenizers, held, progress) -> report
 
 
-def bert_levels(
-    model: EncoderOnlyTransformer,
+def graph_inputs(model: DecoderOnlyTransformer, held: HeldOut) -> list[list[int]]:
+    """The held-out inputs as the graph takes them: prompts, without their `</s>`."""
+    return [s[:-1] if s and s[-1] == model.cfg.eos_id else s for s in held.sources]
+
+
+def parity_levels(
+    model: DecoderOnlyTransformer,
     run: Run,
     sources: Sequence[Sequence[int]],
-    texts: Sequence[str] | None = None,
-    seed: int = 0,
+    texts: Sequence[str] | None,
+    max_new_tokens: int | None,
 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    """Levels 1 (random batches), 2 (held-out logits) and 3 (identical predictions)."""
-    cfg, rng, reference = model.cfg, np.random.default_rng(seed), torch_run(model)
-    worst: dict[str, float] = {}
-    for batch, length in ((1, 1), (3, 7), (2, cfg.max_len)):
-        rows = [rng.integers(len(SPECIAL_TOKENS), cfg.src_vocab_size, rng.integers(1, length + 1))
-                for _ in range(batch)]  # fmt: skip
-        feeds = bert_feeds(cfg, [[*r[: cfg.max_len - 1], cfg.eos_id] for r in rows])
-        for name, want, got in zip(C.BERT_OUTPUTS, reference(feeds), run(feeds), strict=True):
-            worst[name] = max(worst.get(name, 0.0), max_abs_diff(want, got))
-    level1 = {"passed": all(d <= TOLERANCE_FP32 for d in worst.values()), "graph": C.MODEL_FILE}
-    level1.update(cases=3, max_abs_diff=worst)
-    diff, identical, mismatches = 0.0, 0, []
-    for start in range(0, len(sources), 64):
-        feeds = bert_feeds(cfg, sources[start : start + 64])
-        want, got = reference(feeds)[1], run(feeds)[1]
-        diff = max(diff, max_abs_diff(want, got))
-        for offset, (a, b) in enumerate(zip(predictions(want), predictions(got), strict=True)):
-            identical += int(a == b)
-            if a != b and len(mismatches) < MAX_REPORTED_MISMATCHES:
-                entry = {
-                    "index": start + offset,
-                    "source_ids": list(map(int, sources[start + offset])),
-                }
-                entry.update(torch_ids=[int(a)], onnx_ids=[int(b)])
-                entry.update(step=0, torch_top2=_top2(want[offset]), onnx_top2=_top2(got[offset]))
-                if texts is not None:
-                    entry["source_text"] = texts[start + offset]
-                mismatches.append(entry)
-    level2 = {
-        "passed": diff <= TOLERANCE_FP32,
-        "rows": len(sources),
-        "steps": 1,
-        "max_abs_diff_cached": diff,
-        "max_abs_diff_uncached": diff,
-        "uncached_bound": TOLERANCE_FP32,
-    }
-    total = len(sources)
-    level3 = {
-        "passed": identical == total and total > 0,
-        "inputs": total,
-        "identical": identical,
-        "identical_rate": identical / total if total else 0.0,
-        "mismatches": mismatches,
-    }
-    return level1, level2, level3
+    """Levels 1, 2 and 3 of the graph (`run`) vs `model` on prompts `sources`."""
+    limit = max_new_tokens if max_new_tokens is not None else model.cfg.max_len
+    level1 = gpt_level1(model, run)
+    level2 = gpt_level2(model, run, sources)
+    return level1, level2, gpt_level3(model, run, sources, limit, texts)
 
 
-def run_lm_parity(
-    model: DecoderOnlyTransformer | EncoderOnlyTransformer,
-    run: Run,
-    sources: Sequence[Sequence[int]],
-    *,
-    source_description: str = "random",
-    texts: Sequence[str] | None = None,
-    max_new_tokens: int | None = None,
-) -> dict[str, Any]:
-    """Levels 1-3 of a GPT or BERT graph (`run`) vs `model`, as export/verify.run_parity
-    reports them. GPT `sources` are prompts (ids without `<s>`), BERT ones end with `</s>`."""
-    model.eval()
-    start = time.perf_counter()
-    with single_thread():
-        if isinstance(model, EncoderOnlyTransformer):
-            level1, level2, level3 = bert_levels(model, run, sources, texts)
-        else:
-            limit = max_new_tokens if max_new_tokens is not None else model.cfg.max_len
-            level1 = gpt_level1(model, run)
-            level2 = gpt_level2(model, run, sources)
-            level3 = gpt_level3(model, run, sources, limit, texts)
-    level3["source"] = source_description
-    return {
-        "variant": "fp32",
-        "tolerance": TOLERANCE_FP32,
-        "passed": level1["passed"] and level2["passed"] and level3["passed"],
-        "level1": level1,
-        "level2": level2,
-        "level3": level3,
-        "seconds": round(time.perf_counter() - start, 2),
-    }
+def outputs(
+    model: DecoderOnlyTransformer, run: Run, inputs: list[list[int]], tokenizers: TokenizerPair
+) -> list[str]:
+    """Greedy prompt + continuation texts of `inputs` (what the int8 gate compares)."""
+    cfg, texts = model.cfg, []
+    for i in range(0, len(inputs), 64):
+        chunk = inputs[i : i + 64]
+        found, _, _ = greedy_loop(run, cfg, chunk, cfg.max_len)
+        texts += [tokenizers.target.decode([*p, *f]) for p, f in zip(chunk, found, strict=True)]
+    return texts
+
+
+def write_extra_files(cfg: ModelConfig, directory: Path) -> None:
+    """genai_config.json, so onnxruntime-genai runs the bundle as is."""
+    write_genai_config(cfg, directory)

@@ -59,6 +59,6 @@ def stress_task() -> Task:
     return Task("stress", {}, **split_pairs(pairs), source_kind="char", target_kind="word")
 
 
-LM_TASKS = {"words": words_task, "stress": stress_task}
+WORD_TASKS = {"words": words_task, "stress": stress_task}
 # The architecture each task trains (a recipe must choose it).
 TASK_ARCHITECTURE = {"words": "decoder-only", "stress": "encoder-only"}

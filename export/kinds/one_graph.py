@@ -1,93 +1,114 @@
-"""Write a GPT or BERT bundle: `model.onnx` (+ `model.int8.onnx`), config.json, tokenizers,
-GPT's `genai_config.json`, manifest.json with parity, like export/bundle.py for the
-encoder–decoder (same atomic write, manifest structure, checksums and parity report).
+"""What the one-graph kinds (decoder-only GPT, encoder-only BERT) share in export: running a
+graph or the PyTorch model on the graph's feeds, parity in the report format of
+export/verify.py, the int8 variant behind its gate, and writing the bundle (`model.onnx`,
+`model.int8.onnx`, config.json, tokenizers, manifest.json with parity) with the same atomic
+write, manifest structure and checksums as the encoder–decoder's (export/bundle.py).
 
-    held = heldout_sources(meta.task, tokenizers, model)               # export/heldout.py
-    manifest = export_lm_bundle(model, tokenizers, "bundles/words", task=meta.task, held=held)
+    manifest = export_one_graph(model, tokenizers, "bundles/words", task=task, held=held)
+    report = run_one_graph_parity(model, session_run(session), prompts)
 
-Parity (export/lm_parity.py) runs on the held-out inputs: GPT prompts are the task's sources
-without `</s>`. The int8 variant is gated like the encoder–decoder's: greedy outputs (GPT)
-or predicted labels (BERT) on the same inputs, the task metric (exact match) against the
-references, at most `max_metric_drop` points below fp32; a miss raises `GateError` (no
-layer-exclusion search for these kinds).
+What differs between the kinds (the graph, its parity levels, what a held-out input becomes,
+what the gate compares, GPT's genai_config.json) is each kind's module: `kind(model)` finds
+it through the registry (export/kinds/__init__.py). Parity runs on the held-out inputs; the
+int8 variant is gated like the encoder–decoder's: greedy outputs (GPT) or predicted labels
+(BERT) on the same inputs, the task metric (exact match) against the references, at most
+`max_metric_drop` points below fp32; a miss raises `GateError` (no layer-exclusion search).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+import onnx
+import onnxruntime as ort
+import torch
+from torch import Tensor
 
-from edgeseq.build_model.lm import DecoderOnlyTransformer, EncoderOnlyTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.providers import session_options
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-from .bundle import exporter_versions, min_onnxruntime, portable_task, refuse_existing
-from .heldout import HeldOut
-from .lm_export import export_bert, export_gpt, write_genai_config
-from .lm_parity import (
-    Run,
-    bert_feeds,
-    greedy_loop,
-    predictions,
-    run_lm_parity,
-    session_run,
+from ..bundle import (
+    bundle_config,
+    bundle_manifest,
+    min_onnxruntime,
+    refuse_existing,
+    write_json,
 )
-from .onnx_export import GraphInfo, edgeseq_version
-from .quantize import quantize_graph
-from .variants import GateError, VariantOptions
-from .verify import check_parity
+from ..heldout import HeldOut
+from ..onnx_export import GraphInfo, _value_info
+from ..quantize import quantize_graph
+from ..variants import GateError, VariantOptions
+from ..verify import check_parity, parity_report, single_thread
+from . import kind_module
 
+Run = Callable[[dict[str, np.ndarray]], list[np.ndarray]]  # graph feeds -> graph outputs
+LEVEL2_ROWS = 8
+MAX_REPORTED_MISMATCHES = 5
+EXAMPLE_BATCH, EXAMPLE_NEW = 2, 4  # export examples: >= 2 on every dynamic axis
 INT8_FILE = "model.int8.onnx"
 GRAPH_FILES = {"fp32": C.MODEL_FILE, "int8": INT8_FILE}
-KINDS = {C.DECODER_ONLY: "gpt", C.ENCODER_ONLY: "bert"}
 Progress = Callable[[str], None]
-LMModel = DecoderOnlyTransformer | EncoderOnlyTransformer
+OneGraphModel = Any  # DecoderOnlyTransformer | EncoderOnlyTransformer
 
 
-def lm_inputs(model: LMModel, held: HeldOut) -> list[list[int]]:
-    """The held-out inputs as the graph takes them: GPT prompts lose their `</s>`."""
-    if isinstance(model, EncoderOnlyTransformer):
-        return held.sources
-    return [s[:-1] if s and s[-1] == model.cfg.eos_id else s for s in held.sources]
+def kind(model: OneGraphModel) -> ModuleType:
+    """The export module of `model`'s kind (export/kinds/decoder_only.py or encoder_only.py)."""
+    return kind_module(model.cfg.architecture)
+
+
+def session_run(session: ort.InferenceSession) -> Run:
+    """An onnxruntime session as a `Run` (outputs in graph order)."""
+    names = [o.name for o in session.get_outputs()]
+    return lambda feeds: session.run(names, feeds)
+
+
+def random_ids(cfg: ModelConfig, batch: int, length: int) -> Tensor:
+    """Random non-special ids int64 (batch, length): export examples."""
+    return torch.randint(len(SPECIAL_TOKENS), cfg.src_vocab_size, (batch, length))
+
+
+def run_info(info: GraphInfo, path: Path) -> GraphInfo:
+    """`info` with the inputs and outputs as saved at `path` now."""
+    proto = onnx.load(str(path), load_external_data=False)
+    info.inputs, info.outputs = _value_info(proto.graph.input), _value_info(proto.graph.output)
+    info.bytes = path.stat().st_size
+    return info
+
+
+def run_one_graph_parity(
+    model: OneGraphModel,
+    run: Run,
+    sources: Sequence[Sequence[int]],
+    *,
+    source_description: str = "random",
+    texts: Sequence[str] | None = None,
+    max_new_tokens: int | None = None,
+) -> dict[str, Any]:
+    """Levels 1-3 of a GPT or BERT graph (`run`) vs `model`, as export/verify.run_parity
+    reports them. GPT `sources` are prompts (ids without `<s>`), BERT ones end with `</s>`."""
+    model.eval()
+    start = time.perf_counter()
+    with single_thread():
+        levels = kind(model).parity_levels(model, run, sources, texts, max_new_tokens)
+    return parity_report(*levels, source_description, start)
 
 
 def open_run(path: Path) -> Run:
     """A one-thread CPU session of a graph file, as a `Run`."""
-    import onnxruntime as ort
-
     options = session_options(threads=1)
     return session_run(ort.InferenceSession(str(path), options, ["CPUExecutionProvider"]))
-
-
-def outputs(
-    model: LMModel, run: Run, inputs: list[list[int]], tokenizers: TokenizerPair
-) -> list[str]:
-    """Greedy prompt + continuation texts (GPT) or predicted label names (BERT)."""
-    cfg = model.cfg
-    if isinstance(model, EncoderOnlyTransformer):
-        labels = np.concatenate(
-            [
-                predictions(run(bert_feeds(cfg, inputs[i : i + 64]))[1])
-                for i in range(0, len(inputs), 64)
-            ]
-        )
-        return [tokenizers.target.decode([int(i)]) for i in labels]
-    texts = []
-    for i in range(0, len(inputs), 64):
-        chunk = inputs[i : i + 64]
-        found, _, _ = greedy_loop(run, cfg, chunk, cfg.max_len)
-        texts += [tokenizers.target.decode([*p, *f]) for p, f in zip(chunk, found, strict=True)]
-    return texts
 
 
 def gate(fp32: list[str], other: list[str], held: HeldOut, max_drop: float) -> dict[str, Any]:
@@ -115,9 +136,9 @@ def gate(fp32: list[str], other: list[str], held: HeldOut, max_drop: float) -> d
     }
 
 
-def build_lm_variants(
+def build_one_graph_variants(
     directory: Path,
-    model: LMModel,
+    model: OneGraphModel,
     tokenizers: TokenizerPair,
     held: HeldOut | None,
     options: VariantOptions,
@@ -127,14 +148,16 @@ def build_lm_variants(
     unknown = [n for n in options.names if n not in GRAPH_FILES]
     if unknown:
         raise OptionsError(
-            f"variants {', '.join(unknown)} are not built for {KINDS[model.cfg.architecture]} "
+            f"variants {', '.join(unknown)} are not built for {kind(model).NAME} "
             f"bundles; choose from {', '.join(GRAPH_FILES)}"
         )
     table: dict[str, dict[str, Any]] = {"fp32": {"verified": held is not None, "gate": None}}
     reference = None
     if held is not None:
-        inputs = lm_inputs(model, held)
-        reference = outputs(model, open_run(directory / C.MODEL_FILE), inputs, tokenizers)
+        inputs = kind(model).graph_inputs(model, held)
+        reference = kind(model).outputs(
+            model, open_run(directory / C.MODEL_FILE), inputs, tokenizers
+        )
     if "int8" in options.names:
         say("variant int8")
         nodes = quantize_graph(
@@ -157,7 +180,7 @@ def build_lm_variants(
             "verified": False,
         }
         if reference is not None:
-            got = outputs(model, open_run(directory / INT8_FILE), inputs, tokenizers)
+            got = kind(model).outputs(model, open_run(directory / INT8_FILE), inputs, tokenizers)
             entry["gate"] = gate(reference, got, held, options.max_metric_drop)
             entry["verified"] = entry["gate"]["passed"]
             g = entry["gate"]
@@ -183,25 +206,8 @@ def build_lm_variants(
     return table
 
 
-def lm_config(
-    model: LMModel, tokenizer_files: list[str], graph: GraphInfo, task: dict[str, Any] | None
-) -> dict[str, Any]:
-    """config.json of a GPT or BERT bundle (the encoder–decoder's with one graph's io)."""
-    cfg = model.cfg
-    ids = {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
-    tokens = dict(zip(ids, C.SPECIAL_TOKENS, strict=True))
-    return {
-        "model": cfg.to_dict(),
-        "kind": KINDS[cfg.architecture],
-        "special_tokens": {role: {"id": i, "token": tokens[role]} for role, i in ids.items()},
-        "io": {"model": {"inputs": graph.inputs, "outputs": graph.outputs}},
-        "tokenizers": {"source": tokenizer_files[0], "target": tokenizer_files[-1]},
-        "task": portable_task(task),
-    }
-
-
-def export_lm_bundle(
-    model: LMModel,
+def export_one_graph(
+    model: OneGraphModel,
     tokenizers: TokenizerPair,
     out: str | Path,
     *,
@@ -217,59 +223,48 @@ def export_lm_bundle(
     `verify`, `held` (export/heldout.py) is required: parity failures raise `ParityError`,
     a missed int8 gate `GateError`, and nothing is written."""
     say = progress or (lambda _: None)
-    out, options = Path(out), variants or VariantOptions()
+    out, options, module = Path(out), variants or VariantOptions(), kind(model)
     refuse_existing(out, force)
     if verify and held is None:
         raise OptionsError("verifying a GPT or BERT export needs held-out inputs")
     model.eval()
     start = time.perf_counter()
-    kind = KINDS[model.cfg.architecture]
     with atomic_directory(out) as tmp:
-        say(f"export {kind} graph")
-        exporter = export_gpt if kind == "gpt" else export_bert
-        graph = exporter(model, tmp / C.MODEL_FILE, opset)
+        say(f"export {module.NAME} graph")
+        graph = module.export_graph(model, tmp / C.MODEL_FILE, opset)
         say(f"  {C.MODEL_FILE}: {graph.bytes / 1e6:.2f} MB in {graph.seconds:.1f} s")
         parity: dict[str, Any] = {"skipped": True}
         if verify:
             say(f"parity levels 1-3 on {len(held.sources)} inputs ({held.description})")
-            parity = run_lm_parity(
+            parity = run_one_graph_parity(
                 model,
                 open_run(tmp / C.MODEL_FILE),
-                lm_inputs(model, held),
+                module.graph_inputs(model, held),
                 source_description=held.description,
                 texts=held.texts,
             )
             check_parity(parity)
-        table = build_lm_variants(tmp, model, tokenizers, held if verify else None, options, say)
+        held = held if verify else None
+        table = build_one_graph_variants(tmp, model, tokenizers, held, options, say)
         say("write config, tokenizers, manifest")
-        if kind == "gpt":
-            write_genai_config(model.cfg, tmp)
+        module.write_extra_files(model.cfg, tmp)
         files = tokenizers.save(tmp, model.cfg.max_len)
-        text = json.dumps(lm_config(model, files, graph, task), indent=2, sort_keys=True)
-        (tmp / C.CONFIG_FILE).write_text(text + "\n", encoding="utf-8")
-        manifest = {
-            "edgeseq_version": edgeseq_version(),
-            "kind": kind,
-            "architecture": model.cfg.architecture,
-            "created_utc": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-            "min_onnxruntime": min_onnxruntime(graph.opset, graph.ir_version),
-            "opset": graph.opset,
-            "ir_version": graph.ir_version,
-            "exporter": exporter_versions(),
-            "graphs": {"model": {"bytes": graph.bytes, "export_seconds": round(graph.seconds, 2)}},
-            "export_seconds": round(time.perf_counter() - start, 2),
-            "variants": table,
-            "parity": parity,
-        }
-        manifest = write_manifest(tmp, manifest)
+        graphs = {"model": graph}
+        write_json(tmp / C.CONFIG_FILE, bundle_config(model.cfg, files, graphs, task, module.NAME))
+        min_ort = min_onnxruntime(graph.opset, graph.ir_version)
+        fields = {"kind": module.NAME, "architecture": model.cfg.architecture}
+        manifest = write_manifest(
+            tmp, bundle_manifest(graphs, start, table, parity, min_ort, **fields)
+        )
     say(f"wrote {out}")
     return manifest
 
 
-def verify_lm_bundle(
+def verify_one_graph(
     bundle: Path,
     manifest: dict[str, Any],
-    model: LMModel,
+    model: OneGraphModel,
+    tokenizers: TokenizerPair,
     held: HeldOut,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
@@ -284,10 +279,10 @@ def verify_lm_bundle(
         )
     say(f"parity levels 1-3 on {len(held.sources)} inputs ({held.description})")
     graph = bundle / manifest["variants"]["fp32"]["model"]
-    report = run_lm_parity(
+    report = run_one_graph_parity(
         model,
         open_run(graph),
-        lm_inputs(model, held),
+        kind(model).graph_inputs(model, held),
         source_description=held.description,
         texts=held.texts,
     )
