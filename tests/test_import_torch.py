@@ -166,7 +166,7 @@ def assert_same_logits(source: SourceModel, seed: int = 0, atol: float = 1e-5) -
     cfg = source.model.cfg
     src = padded_batch(seed, cfg.src_vocab_size, [5, 2, 7], end=cfg.eos_id)
     tgt = padded_batch(seed + 1, cfg.tgt_vocab_size, [3, 6, 1], start=cfg.bos_id)
-    want = source.reference.logits(src, tgt)
+    want = source.reference.logits(torch.as_tensor(src), tgt).numpy()  # torch or numpy in
     model = source.model
     src_t, tgt_t = torch.as_tensor(src), torch.as_tensor(tgt)
     with torch.no_grad():

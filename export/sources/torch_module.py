@@ -71,7 +71,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import Tensor, nn
 
@@ -248,12 +247,12 @@ class TorchReference:
         self.src_pad, self.tgt_pad = src_vocab.specials["pad"], tgt_vocab.specials["pad"]
 
     @torch.inference_mode()
-    def logits(self, src_ids: Any, tgt_in: Any) -> np.ndarray:
-        """src_ids int64 (B, S), tgt_in int64 (B, T) in edgeseq ids -> float32 (B, T, V)
-        logits in edgeseq ids (numpy; torch tensors are accepted as inputs)."""
+    def logits(self, src_ids: Any, tgt_in: Any) -> Tensor:
+        """src_ids int64 (B, S), tgt_in int64 (B, T) in edgeseq ids (torch or numpy) ->
+        float32 logits (B, T, V) in edgeseq ids, a CPU tensor."""
         p = self.parts
-        src = self.src_to_user[torch.as_tensor(np.asarray(src_ids), dtype=torch.int64)]
-        tgt = self.tgt_to_user[torch.as_tensor(np.asarray(tgt_in), dtype=torch.int64)]
+        src = self.src_to_user[torch.as_tensor(src_ids, dtype=torch.int64)]
+        tgt = self.tgt_to_user[torch.as_tensor(tgt_in, dtype=torch.int64)]
         src_pad, tgt_pad = src == self.src_pad, tgt == self.tgt_pad  # (B, S), (B, T)
         if not p.batch_first:
             src, tgt = src.T, tgt.T  # (S, B), (T, B)
@@ -270,7 +269,7 @@ class TorchReference:
             memory_key_padding_mask=src_pad,
         )
         logits = p.generator(out if p.batch_first else out.transpose(0, 1))  # (B, T, V_user)
-        return logits[..., self.tgt_to_user].float().numpy()
+        return logits[..., self.tgt_to_user].float()
 
     def generate(
         self, sources: list[list[int]], beam_size: int, max_new_tokens: int
