@@ -97,10 +97,11 @@ def _logit_levels(
     """Levels 1 (one call over every position) and 2 (cached steps) on `sources`."""
     src = right_pad(sources, engine.pad_id)
     greedy = greedy_search(engine, src, limit)
-    tgt_in = right_pad([[engine.bos_id, *ids] for ids in greedy], engine.pad_id)
+    fed = [[engine.bos_id, *ids][: engine.max_len] for ids in greedy]  # what search fed
+    tgt_in = right_pad(fed, engine.pad_id)
     real = np.zeros(tgt_in.shape, dtype=bool)
-    for row, ids in enumerate(greedy):
-        real[row, : len(ids) + 1] = True
+    for row, ids in enumerate(fed):
+        real[row, : len(ids)] = True
     want, _ = reference.step(reference.start(src), tgt_in)  # (B, T, V)
     whole, _ = engine.step(engine.start(src), tgt_in)
     state, steps = engine.start(src), []

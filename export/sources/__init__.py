@@ -11,7 +11,8 @@ source model itself so that parity compares the graphs with the original, not on
 re-implementation. Everything after it (graphs, parity, variants, gates, the one-graph
 search, the bundle) takes a `SourceModel` and never asks which adapter made it.
 
-Adding a source format is one module in this package with three names, listed in `ADAPTERS`:
+Adding a source format is one module in this package with three names, listed in
+`ADAPTER_MODULES`:
 `NAME` (what `--source` accepts), `detect(path) -> bool` (does this path look like mine?)
 and `load(path, **options) -> SourceModel` (refusing, with one line naming the part, what
 does not map onto our blocks). The modules are imported only when asked for, so a source
@@ -29,8 +30,10 @@ from typing import Any, Protocol
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-# Adapter modules in the order `open_source` tries them when no adapter is named.
-ADAPTERS = ("checkpoint",)
+# Adapter name (what `--source` accepts) -> module, in the order `open_source` tries them
+# when no adapter is named.
+ADAPTER_MODULES = {"checkpoint": "checkpoint", "torch": "torch_module"}
+ADAPTERS = tuple(ADAPTER_MODULES)
 
 
 class SourceError(EdgeseqError):
@@ -69,7 +72,7 @@ def adapter_module(name: str) -> ModuleType:
     """The adapter module called `name` (one of ADAPTERS)."""
     if name not in ADAPTERS:
         raise SourceError(f"unknown source format {name!r}; choose one of {', '.join(ADAPTERS)}")
-    return importlib.import_module(f"{__name__}.{name}")
+    return importlib.import_module(f"{__name__}.{ADAPTER_MODULES[name]}")
 
 
 def open_source(path: str | Path, adapter: str | None = None, **options: Any) -> SourceModel:

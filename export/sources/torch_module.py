@@ -253,21 +253,19 @@ class TorchReference:
         p = self.parts
         src = self.src_to_user[torch.as_tensor(src_ids, dtype=torch.int64)]
         tgt = self.tgt_to_user[torch.as_tensor(tgt_in, dtype=torch.int64)]
-        src_pad, tgt_pad = src == self.src_pad, tgt == self.tgt_pad  # (B, S), (B, T)
+        src_pad = src == self.src_pad  # (B, S)
         if not p.batch_first:
             src, tgt = src.T, tgt.T  # (S, B), (T, B)
         src_x = p.src_pos.add(p.src_embed(src), p.batch_first)
         tgt_x = p.tgt_pos.add(p.tgt_embed(tgt), p.batch_first)
-        length = tgt_pad.shape[1]
+        length = tgt.shape[1] if p.batch_first else tgt.shape[0]
         causal = torch.ones(length, length, dtype=torch.bool).triu(1)  # True: hidden
+        # No target key padding mask, as the tutorial's greedy decoding: right pads sit
+        # behind the causal mask, and a generated <pad> stays visible, as in the graphs' cache.
         out = p.transformer(
-            src_x,
-            tgt_x,
-            tgt_mask=causal,
-            src_key_padding_mask=src_pad,
-            tgt_key_padding_mask=tgt_pad,
-            memory_key_padding_mask=src_pad,
-        )
+            src_x, tgt_x, tgt_mask=causal,
+            src_key_padding_mask=src_pad, memory_key_padding_mask=src_pad,
+        )  # fmt: skip
         logits = p.generator(out if p.batch_first else out.transpose(0, 1))  # (B, T, V_user)
         return logits[..., self.tgt_to_user].float()
 
