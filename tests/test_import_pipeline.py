@@ -1,0 +1,128 @@
+"""An imported model goes through the whole pipeline: `edgeseq export` of a user's
+`torch.nn.Transformer` (examples/torch_transformer), parity against the user's own module in
+the manifest, torch-free generation equal to the user's model, `verify`, and refusals that
+write nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from edgeseq.cli.main import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "torch_transformer"
+DATA = ["a b c", "h e l l o", "w o r l d", "z y x w", "q"]
+
+
+@pytest.fixture(scope="module")
+def torch_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The example model (random weights, a short positional table), exported by the CLI
+    with held-out inputs from --data."""
+    root = tmp_path_factory.mktemp("import")
+    source = root / "tx"
+    subprocess.run(
+        [sys.executable, str(EXAMPLE / "make_example.py"), str(source)], check=True, timeout=120
+    )
+    mapping = json.loads((source / "torch_source.json").read_text(encoding="utf-8"))
+    mapping["max_len"] = 24  # positions kept: random (never-ending) outputs stay short
+    (source / "torch_source.json").write_text(json.dumps(mapping), encoding="utf-8")
+    data = root / "data.txt"
+    data.write_text("\n".join(DATA) + "\n", encoding="utf-8")
+    bundle = root / "bundle"
+    args = ["export", str(source / "torch_source.json"), "--out", str(bundle)]
+    result = CliRunner().invoke(cli, [*args, "--data", str(data), "--variants", "fp32,int8"])
+    assert result.exit_code == 0, result.output
+    return {"source": source, "data": data, "bundle": bundle, "output": result.output}
+
+
+def test_the_manifest_holds_parity_against_the_users_module(torch_case) -> None:
+    manifest = json.loads((torch_case["bundle"] / "manifest.json").read_text(encoding="utf-8"))
+    group = manifest["parity"]["source"]
+    assert group["passed"] and manifest["parity"]["passed"]
+    assert group["level1"]["max_abs_diff"] < 1e-4 and group["level2"]["max_abs_diff"] < 1e-4
+    assert group["level3"]["greedy"]["identical"] == len(DATA)
+    assert "source: logits vs the source model" in torch_case["output"]
+    assert manifest["parity"]["level3"]["source"].startswith("data.txt")
+
+
+def test_generate_is_the_users_greedy_decoding(torch_case) -> None:
+    from edgeseq.export.source_parity import ReferenceStep
+    from edgeseq.export.sources import open_source
+    from edgeseq.runtime import Generator
+    from edgeseq.runtime.padding import right_pad
+    from edgeseq.runtime.search import greedy_search
+
+    imported = open_source(torch_case["source"] / "torch_source.json")
+    reference = ReferenceStep(imported.reference, imported.model.cfg)
+    tokenizer = imported.tokenizers.source
+    src = right_pad([[*tokenizer.encode(t), tokenizer.eos_id] for t in DATA], tokenizer.pad_id)
+    want = greedy_search(reference, src, imported.model.cfg.max_len)
+    results = Generator.load(torch_case["bundle"], providers="cpu").generate(DATA)
+    assert [list(r.token_ids) for r in results] == want
+    cli_out = CliRunner().invoke(cli, ["generate", str(torch_case["bundle"]), "--json", *DATA])
+    rows = [json.loads(line) for line in cli_out.output.splitlines() if line.startswith("{")]
+    assert [row["ids"] for row in rows] == want
+
+
+def test_verify_reruns_parity_against_the_source(torch_case) -> None:
+    args = ["verify", str(torch_case["bundle"]), "--checkpoint"]
+    args += [str(torch_case["source"] / "torch_source.json"), "--data", str(torch_case["data"])]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "source: identical beam-1 ids" in result.output
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "edgeseq.cli.main", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"weights": "missing.safetensors"}, "missing.safetensors"),
+        ({"transformer": "nope"}, "nope"),
+        ({"special_tokens": {"pad": "<pad>", "bos": "<s>", "eos": "<eos>", "unk": "<unk>"}}, "<s>"),
+    ],
+)
+def test_a_bad_source_is_one_line_and_writes_nothing(
+    torch_case, tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    mapping = json.loads((torch_case["source"] / "torch_source.json").read_text("utf-8"))
+    bad = torch_case["source"] / f"bad-{len(list(torch_case['source'].glob('bad-*')))}.json"
+    bad.write_text(json.dumps(mapping | change), encoding="utf-8")
+    out = tmp_path / "never"
+    proc = _cli("export", str(bad), "--out", str(out))
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert lines[-1].startswith("error: ") and message in lines[-1], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_a_pickle_is_never_unpickled(torch_case, tmp_path: Path) -> None:
+    import pickle
+
+    marker = tmp_path / "unpickled"
+    payload = f"__import__('pathlib').Path({str(marker)!r}).touch()"
+
+    class Evil:
+        def __reduce__(self) -> tuple:
+            return (eval, (payload,))
+
+    weights = tmp_path / "weights.pt"
+    weights.write_bytes(pickle.dumps({"w": Evil()}))
+    mapping = json.loads((torch_case["source"] / "torch_source.json").read_text("utf-8"))
+    mapping["weights"] = str(weights)
+    bad = torch_case["source"] / "pickled.json"
+    bad.write_text(json.dumps(mapping), encoding="utf-8")
+    proc = _cli("export", str(bad), "--out", str(tmp_path / "never"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert not marker.exists() and not (tmp_path / "never").exists()
