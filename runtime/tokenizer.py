@@ -1,6 +1,8 @@
 """Torch-free tokenizers over the `tokenizers` library.
 
-Three kinds, all with the special tokens `<pad>` `<s>` `</s>` `<unk>` at ids 0..3:
+Three kinds that edgeseq trains, all with the special tokens `<pad>` `<s>` `</s>` `<unk>` at
+ids 0..3 (and `unigram`, a SentencePiece model converted when a MarianMT checkpoint is
+imported: export/sources/marian_tokenizer.py):
 
 - ``char``: every character is a token (G2P graphemes, synthetic tasks);
 - ``word``: whitespace-separated symbols are tokens (phoneme sequences like ``HH AH0 L OW1``);
@@ -29,7 +31,8 @@ from .constants import BOS, EOS, PAD, SPECIAL_TOKENS, TOKENIZER_FILE, UNK
 from .errors import TokenizerError
 from .padding import right_pad
 
-KINDS = ("char", "word", "bpe")
+KINDS = ("char", "word", "bpe")  # what edgeseq trains
+IMPORTED_KINDS = ("unigram",)  # converted at import: SentencePiece Unigram (MarianMT)
 # Normalisation steps a task may train with; they are stored in tokenizer.json's
 # "normalizer" (a Sequence in this order) and every runtime applies them before tokenizing.
 NORMALIZERS = {
@@ -46,8 +49,9 @@ class Tokenizer:
     """One vocabulary: text <-> token ids. Wraps a `tokenizers.Tokenizer`."""
 
     def __init__(self, hf: HFTokenizer, kind: str) -> None:
-        if kind not in KINDS:
-            raise TokenizerError(f"unknown tokenizer kind {kind!r}; use one of {', '.join(KINDS)}")
+        if kind not in KINDS + IMPORTED_KINDS:
+            known = ", ".join(KINDS + IMPORTED_KINDS)
+            raise TokenizerError(f"unknown tokenizer kind {kind!r}; use one of {known}")
         for want_id, token in enumerate(SPECIAL_TOKENS):
             if hf.token_to_id(token) != want_id:
                 raise TokenizerError(
@@ -228,9 +232,13 @@ def write_tokenizer_config(directory: str | Path, model_max_length: int | None =
 
 
 def _kind_of(data: dict) -> str:
-    """Recover the kind from a tokenizer's JSON: BPE, or WordLevel fused (char) or not (word)."""
-    if data.get("model", {}).get("type") == "BPE":
+    """Recover the kind from a tokenizer's JSON: BPE, Unigram (imported SentencePiece), or
+    WordLevel fused (char) or not (word)."""
+    model_type = data.get("model", {}).get("type")
+    if model_type == "BPE":
         return "bpe"
+    if model_type == "Unigram":
+        return "unigram"
     decoder = data.get("decoder") or {}
     return "char" if decoder.get("type") == "Fuse" else "word"
 
