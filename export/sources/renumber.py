@@ -72,8 +72,8 @@ class Vocabulary:
             if hf.token_to_id(self.token(e)) != e:
                 raise SourceError(f"{self.path}: cannot renumber token {self.token(e)!r}")
         model, decoder = self.data["model"], self.data.get("decoder") or {}
-        kind = "bpe" if model["type"] == "BPE" else "word"
-        return Tokenizer(hf, "char" if decoder.get("type") == "Fuse" else kind)
+        kind = {"BPE": "bpe", "Unigram": "unigram"}.get(model["type"], "word")
+        return Tokenizer(hf, "char" if kind == "word" and decoder.get("type") == "Fuse" else kind)
 
     def _renumbered_json(self) -> dict[str, Any]:
         """The tokenizers JSON with edgeseq ids and special token names."""
