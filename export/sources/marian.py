@@ -4,7 +4,7 @@ source.spm/target.spm, tokenizer_config.json), mapped onto `Seq2SeqTransformer`.
 
     source = load(Path("opus-mt-en-de"))      # SourceModel; reference wraps MarianMTModel
 
-The map (docs/../PITFALLS "Importing Hugging Face MarianMT"): post-norm layers, SiLU for
+The map (PITFALLS.md, "Importing Hugging Face MarianMT"): post-norm layers, SiLU for
 `swish`, token embeddings x sqrt(d_model) when scale_embedding, Marian's [sin half | cos half]
 positions from 0 (computed, not stored: positional "sinusoidal-halves"), no embedding or final
 layernorm, the output tied to the target embedding plus final_logits_bias (output_bias),
@@ -22,9 +22,12 @@ SUPPRESSED. Neither is ever generated. The reference sets the same two columns t
 (Marian's own generate bans them), so they compare exactly: adding -1e4 to logits instead
 would differ by float32's rounding at 1e4 (~1e-3) wherever the pad row is not zero.
 
-`reference.generate` runs MarianMTModel.generate (do_sample False, length_penalty 1.0 as
-edgeseq's search) with forced_eos_token_id off: Marian forces `</s>` at the length cap where
-edgeseq stops without it, so at the cap both now return max_new_tokens tokens without `</s>`.
+`reference.generate` runs MarianMTModel.generate as edgeseq's search runs: do_sample False,
+length_penalty 1.0, early_stopping True (edgeseq's beam search stops an input at beam_size
+finished hypotheses; Marian's default keeps searching while a live beam could still win, and
+returned a longer hypothesis on a random model), forced_eos_token_id off (Marian forces `</s>`
+at the length cap where edgeseq stops without it: at the cap both return max_new_tokens
+tokens). `bad_words_ids` stays: it bans `<pad>` as SUPPRESSED does.
 
 Refused with one line naming the field or file: another model_type, mBART-style options
 (normalize_before, add_final_layer_norm, normalize_embedding), an activation other than
@@ -117,7 +120,7 @@ def read_config(path: Path) -> dict[str, Any]:
         kind = config.get("model_type") if isinstance(config, dict) else None
         raise SourceError(
             f"config.json model_type is {kind!r}; the marian adapter reads model_type marian "
-            f"(source formats: {', '.join(ADAPTERS)}, marian, torch)"
+            f"only (source formats: {', '.join(sorted({*ADAPTERS, NAME}))})"
         )
     for option in MBART_OPTIONS:
         if config.get(option):
