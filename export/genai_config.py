@@ -1,5 +1,5 @@
 """onnxruntime-genai's description of a GPT bundle, so `onnxruntime_genai.Model(bundle)` runs
-its `model.onnx` as is (type "decoder", greedy search; docs/bundle.md).
+its `model.onnx` as is (type "decoder", greedy search; docs/bundle-lm.md).
 
     write_genai_config(model.cfg, "b")                # onnxruntime_genai.Model("b") loads it
 """

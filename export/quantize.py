@@ -40,13 +40,13 @@ OTHER_GROUP = "other"
 OUTPUT_GROUP = "output projection"
 LAYER_PATTERN = re.compile(r"(?<![\w])(encoder|decoder)_layers\.(\d+)")
 # One scale per output channel: closer to fp32 than one per tensor at the same speed, for a
-# few more bytes (docs/bundle.md, "int8").
+# few more bytes (docs/export.md, "Variants": int8).
 PER_CHANNEL = True
 # 7-bit weights (onnxruntime's `reduce_range`). x86 CPUs without VNNI multiply uint8 x int8
 # with VPMADDUBSW, which adds pairs of products into int16 and saturates with 8-bit weights,
 # so the int8 graph drifts from fp32. A bundle is gated on the machine that exports it but
 # runs on others, so the default is the range that cannot saturate on any of them
-# (docs/bundle.md, "int8"; the measurements are in docs/experiments.md).
+# (docs/export.md, "Variants": int8; the measurements are in docs/experiments.md).
 REDUCE_RANGE = True
 
 

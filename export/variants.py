@@ -5,13 +5,14 @@
 
 Every variant other than fp32 is decoded greedily on the held-out inputs of the model's
 task and compared with the fp32 graphs: the rate of token sequences identical to fp32's
-("agreement") and the task metric against the references for both (WER for g2p, exact
-match otherwise; with no references, agreement itself), and the metric's drop in
-percentage points. A drop above `max_metric_drop` fails the gate: int8 is then quantized
-again with whole layer groups kept in fp32, one more group per round, keeping the group
-whose exclusion helps most, until it passes (greedy forward search); when nothing passes,
-or another variant fails, `GateError` carries the table of what was tried. The schema of
-the entries is in docs/bundle.md ("Variants").
+("agreement") and the task metric against the references for both (WER for g2p and for
+the references of a --data file, exact match otherwise; with no references, agreement
+itself), and the metric's drop in percentage points. A drop above `max_metric_drop` fails
+the gate: int8 is then quantized again with whole layer groups kept in fp32, one more group
+per round, keeping the group whose exclusion helps most, until it passes (greedy forward
+search); when nothing passes, or another variant fails, `GateError` carries the table of
+what was tried. The schema of the entries is in docs/export.md ("The `variants` table of
+manifest.json").
 """
 
 from __future__ import annotations

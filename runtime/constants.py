@@ -105,7 +105,7 @@ SEARCH_SCORES = "sequences_scores"  # float [batch, num_return_sequences]
 
 # Decoder-only and encoder-only bundles: one graph, `model.onnx`. The GPT names are Optimum's
 # and onnxruntime-genai's for decoder-only models, so `genai_config.json` points genai at the
-# graph as is (docs/bundle.md).
+# graph as is (docs/bundle-lm.md).
 MODEL_FILE = "model.onnx"
 GENAI_CONFIG_FILE = "genai_config.json"  # onnxruntime-genai's description of a GPT bundle
 ATTENTION_MASK = "attention_mask"  # int64, 1 = real token: GPT [batch, total_sequence_length]

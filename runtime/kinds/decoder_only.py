@@ -13,7 +13,7 @@ what search feeds first, and runs `<s>` + prompt in one call (past length 0), re
 logits at each row's last real token as (B, 1, V). Later steps feed new tokens after the
 cache. The pads of shorter prompts stay in the cache, hidden by `attention_mask`; a row's
 positions count its real tokens only, so a prompt's continuation does not depend on the
-other prompts of its batch (docs/bundle.md, "GPT: one KV-cached decoder graph").
+other prompts of its batch (docs/bundle-lm.md, "GPT: one KV-cached decoder graph").
 """
 
 from __future__ import annotations
