@@ -89,7 +89,11 @@ def test_truncate_cuts_with_one_warning(runtime_case) -> None:
     result = run(runtime_case, "--truncate", stdin=b"abc\n" + b"a" * 25 + b"\n" + b"b" * 30 + b"\n")
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 3
-    assert result.stderr == "warning: cut to max_len 20 tokens (with </s>): line 2, line 3\n"
+    first, *rest = result.stderr.splitlines()
+    assert first == "warning: cut to max_len 20 tokens (with </s>): line 2, line 3"
+    # Whether the tiny model's outputs of the cut inputs end before max_len depends on the
+    # CPU's arithmetic (an untrained model); that has its own warning line.
+    assert all(line.startswith("warning: output cut at the model's max_len") for line in rest)
 
 
 def test_unknown_symbols_and_bad_bytes_warn_once(runtime_case, gen: Generator) -> None:
