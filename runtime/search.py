@@ -286,7 +286,8 @@ def beam_search(
     Each step, an input's candidates (live hypothesis x next token) are ranked by summed
     log-probability; a `</s>` candidate among the top `beam_size` finishes a hypothesis, the
     best `beam_size` other candidates live on. An input stops once it has `beam_size` finished
-    hypotheses; at the step budget its live beams count as unfinished hypotheses. With
+    hypotheses before the last step; at the step budget its live beams count as unfinished
+    hypotheses (also when its last step finished the `beam_size`-th hypothesis). With
     beam_size 1 this is exactly greedy search.
     """
     src_ids = np.asarray(src_ids, dtype=np.int64)
@@ -299,7 +300,8 @@ def beam_search(
     row_logprob = np.zeros(batch)
     done: list[list[Hypothesis]] = [[] for _ in range(batch)]
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)
-    for _ in range(step_budget(model, max_new_tokens)):
+    budget = step_budget(model, max_new_tokens)
+    for step in range(budget):
         logits, state = model.step(state, last)
         candidates = row_logprob[:, None] + log_softmax(logits[:, -1])  # (R, V)
         vocab = candidates.shape[1]
@@ -331,7 +333,9 @@ def beam_search(
                 alive += 1
                 if alive == beam_size:
                     break
-            if len(done[item]) >= beam_size:  # input finished: drop its live candidates
+            # Input finished: drop its live candidates, except at the last step, where they
+            # compete as unfinished hypotheses (as in transformers and onnxruntime).
+            if len(done[item]) >= beam_size and step < budget - 1:
                 del keep_rows[first:], keep_tokens[first:], keep_logprob[first:]
             start = stop
         if not keep_rows:

@@ -24,7 +24,7 @@ OPTION_CASES = [
     GenerationOptions(beam_size=4),
     GenerationOptions(beam_size=4, n_best=4),
     GenerationOptions(beam_size=3, n_best=2, length_penalty=0.6),
-    GenerationOptions(beam_size=4, n_best=2, max_new_tokens=3),  # open hypotheses at the budget
+    GenerationOptions(beam_size=4, n_best=4, max_new_tokens=3),  # open hypotheses at the budget
     GenerationOptions(max_new_tokens=2),
 ]
 

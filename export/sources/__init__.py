@@ -32,7 +32,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 # Adapter name (what `--source` accepts) -> module, in the order `open_source` tries them
 # when no adapter is named.
-ADAPTER_MODULES = {"checkpoint": "checkpoint", "torch": "torch_module"}
+ADAPTER_MODULES = {"checkpoint": "checkpoint", "torch": "torch_module", "marian": "marian"}
 ADAPTERS = tuple(ADAPTER_MODULES)
 
 
