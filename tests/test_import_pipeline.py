@@ -126,3 +126,96 @@ def test_a_pickle_is_never_unpickled(torch_case, tmp_path: Path) -> None:
     proc = _cli("export", str(bad), "--out", str(tmp_path / "never"))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert not marker.exists() and not (tmp_path / "never").exists()
+
+
+# -- a Hugging Face MarianMT checkpoint --------------------------------------------------------
+MARIAN_DATA = ["the house is small\tdas Haus ist klein", "hello world, 42!\tHallo Welt, 42!"]
+MARIAN_DATA += [">>deu<< café crème\tKaffee", "3 × 7 = 21?\t3 × 7 = 21?"]
+
+
+@pytest.fixture(scope="module")
+def marian_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A tiny random MarianMT directory (tests/hf_fixtures.py) exported by the CLI."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    pytest.importorskip("sentencepiece", reason="the hf extra is not installed")
+    from hf_fixtures import build_marian_dir
+
+    root = tmp_path_factory.mktemp("marian")
+    source = build_marian_dir(root / "opus-mt-tiny")
+    data = root / "data.tsv"
+    data.write_text("\n".join(MARIAN_DATA) + "\n", encoding="utf-8")
+    bundle = root / "bundle"
+    args = ["export", str(source), "--out", str(bundle), "--data", str(data)]
+    result = CliRunner().invoke(cli, [*args, "--variants", "fp32,search"])
+    assert result.exit_code == 0, result.output
+    return {"source": source, "bundle": bundle, "output": result.output}
+
+
+def test_marian_bundle_reproduces_marian_generate(marian_case) -> None:
+    from transformers import MarianMTModel
+
+    from edgeseq.export.sources.marian_tokenizer import to_edgeseq_ids
+    from edgeseq.runtime import GenerationOptions, Generator
+
+    manifest = json.loads((marian_case["bundle"] / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["parity"]["source"]["passed"]
+    assert "(the source's own generate)" in marian_case["output"]
+    texts = [line.split("\t")[0] for line in MARIAN_DATA]
+    generator = Generator.load(marian_case["bundle"], providers="cpu", search="loop")
+    marian = MarianMTModel.from_pretrained(marian_case["source"]).eval()
+    pad = marian.config.pad_token_id
+    for beams in (1, 4):
+        options = GenerationOptions(beam_size=beams, max_new_tokens=20)
+        got = [list(r.token_ids) for r in generator.generate(texts, options)]
+        sources = [generator.encode(t).ids for t in texts]
+        want = []
+        for ids in sources:
+            marian_ids = torch_tensor([to_marian(ids, pad)])
+            out = marian.generate(
+                marian_ids, num_beams=beams, max_new_tokens=20, do_sample=False,
+                early_stopping=True, length_penalty=1.0, forced_eos_token_id=None,
+            )[0].tolist()  # fmt: skip
+            kept = [i for i in out[1:] if i not in (pad, marian.config.eos_token_id)]
+            want.append(list(to_edgeseq_ids(kept, pad)))
+        assert got == want, beams
+
+
+def to_marian(ids: tuple[int, ...], pad: int) -> list[int]:
+    from edgeseq.export.sources.marian_tokenizer import to_marian_ids
+
+    return [int(i) for i in to_marian_ids(list(ids), pad)]
+
+
+def torch_tensor(rows: list[list[int]]) -> Any:
+    import torch
+
+    return torch.tensor(rows, dtype=torch.int64)
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda d: _edit_config(d, model_type="t5"), "t5"),
+        (lambda d: (d / "vocab.json").unlink(), "vocab.json"),
+        (lambda d: (d / "model.safetensors").unlink(), "model.safetensors"),
+    ],
+)
+def test_a_bad_marian_directory_is_one_line_and_writes_nothing(
+    marian_case, tmp_path: Path, damage: Any, message: str
+) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(marian_case["source"], copy)
+    damage(copy)
+    out = tmp_path / "never"
+    proc = _cli("export", str(copy), "--source", "marian", "--out", str(out))
+    assert proc.returncode == 1, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, proc.stderr
+    assert "Traceback" not in proc.stderr and not out.exists()
+
+
+def _edit_config(directory: Path, **changes: Any) -> None:
+    path = directory / "config.json"
+    path.write_text(json.dumps(json.loads(path.read_text("utf-8")) | changes), "utf-8")

@@ -359,6 +359,7 @@ class MarianReference:
             input_ids=_to_marian(src, self.src_pad),
             attention_mask=(src != 0).long(),
             max_new_tokens=max_new_tokens,
+            max_length=None,  # the checkpoint's generation_config may set one: ours rules
             do_sample=False,
             forced_eos_token_id=None,
             num_return_sequences=1,
