@@ -30,11 +30,11 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
+from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadata
 
 from .heldout import HeldOut
 from .limits import LEVEL3_MIN_INPUTS
 from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
-from .report import format_source_parity
 from .search_parity import build_search_variant, check_search_parity
 from .source_parity import check_source_parity, source_parity
 from .sources import SourceReference
@@ -224,11 +224,13 @@ def _write_into(
 ) -> dict[str, Any]:
     """Every step of `export_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
+    vocabulary = fingerprints(tokenizers)  # in every graph's metadata_props and the manifest
+    metadata = graph_metadata(vocabulary)
     say("export encoder" + (" (fused attention)" if fuse else ""))
-    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset, fuse)
+    encoder = export_encoder(model, directory / C.ENCODER_FILE, opset, fuse, metadata)
     say(f"  {C.ENCODER_FILE}: {encoder.bytes / 1e6:.2f} MB in {encoder.seconds:.1f} s")
     say("export decoder")
-    decoder = export_decoder(model, directory / C.DECODER_FILE, opset, fuse)
+    decoder = export_decoder(model, directory / C.DECODER_FILE, opset, fuse, metadata)
     say(f"  {C.DECODER_FILE}: {decoder.bytes / 1e6:.2f} MB in {decoder.seconds:.1f} s")
     if (encoder.opset, encoder.ir_version) != (decoder.opset, decoder.ir_version):
         raise BundleError("encoder and decoder were exported with different opsets")
@@ -252,7 +254,8 @@ def _write_into(
             say(f"parity against the source model on {len(held.sources)} inputs")
             parity["source"] = source_parity(reference, engine, held, model.cfg, max_new_tokens)
             parity["passed"] = parity["passed"] and parity["source"]["passed"]
-            say(format_source_parity(parity["source"]))
+            group = parity["source"]
+            say(f"  source: {'passed' if group['passed'] else 'FAILED'} ({group['seconds']} s)")
             check_source_parity(parity)
     table = build_variants(
         directory,
@@ -281,7 +284,8 @@ def _write_into(
     min_ort = min_onnxruntime(
         encoder.opset, encoder.ir_version, fused=fuse, search=search is not None
     )
-    extra = {"search": search} if search is not None else {}
+    extra: dict[str, Any] = {MANIFEST_KEY: vocabulary}
+    extra |= {"search": search} if search is not None else {}
     return write_manifest(
         directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
     )

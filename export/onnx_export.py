@@ -176,8 +176,10 @@ def finish_graph(
     graph: str,
     input_names: tuple[str, ...],
     output_names: tuple[str, ...],
+    metadata: dict[str, str] | None = None,
 ) -> tuple[int, int, list[dict[str, Any]], list[dict[str, Any]]]:
-    """Check names and data location, add metadata, full-check and save `proto` to `path`.
+    """Check names and data location, add metadata (the config values of METADATA_KEYS and
+    `metadata`, e.g. the vocabulary fingerprints), full-check and save `proto` to `path`.
 
     Returns (opset, ir_version, inputs, outputs)."""
     got_in = tuple(v.name for v in proto.graph.input)
@@ -193,11 +195,15 @@ def finish_graph(
     strip_stack_traces(proto.graph)
     values = {key: getattr(cfg, key) for key in METADATA_KEYS}
     values.update(graph=graph, edgeseq_version=edgeseq_version(), d_head=cfg.d_head)
+    props = {
+        f"edgeseq.{key}": str(value).lower() if isinstance(value, bool) else str(value)
+        for key, value in values.items()
+    }
+    props |= metadata or {}
     del proto.metadata_props[:]
-    for key, value in sorted(values.items()):
+    for key, value in sorted(props.items()):
         entry = proto.metadata_props.add()
-        entry.key = f"edgeseq.{key}"
-        entry.value = str(value).lower() if isinstance(value, bool) else str(value)
+        entry.key, entry.value = key, value
     proto.producer_name = f"edgeseq {edgeseq_version()} via {proto.producer_name or 'torch'}"
     onnx.checker.check_model(proto, full_check=True)
     onnx.save_model(proto, str(path), save_as_external_data=False)
@@ -214,10 +220,13 @@ def _run(
     graph: str,
     path: str | Path,
     opset: int | None,
+    metadata: dict[str, str] | None = None,
 ) -> GraphInfo:
     start = time.perf_counter()
     proto = _export(module, args, dynamic_shapes, *names, opset)
-    opset_used, ir_version, inputs, outputs = finish_graph(proto, path, cfg, graph, *names)
+    opset_used, ir_version, inputs, outputs = finish_graph(
+        proto, path, cfg, graph, *names, metadata
+    )
     path = Path(path)
     seconds = time.perf_counter() - start
     return GraphInfo(path, path.stat().st_size, seconds, opset_used, ir_version, inputs, outputs)
@@ -241,17 +250,22 @@ def strip_stack_traces(graph: onnx.GraphProto) -> None:
 
 
 def export_encoder(
-    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None, fuse: bool = True
+    model: Seq2SeqTransformer,
+    path: str | Path,
+    opset: int | None = None,
+    fuse: bool = True,
+    metadata: dict[str, str] | None = None,
 ) -> GraphInfo:
     """Write the encoder graph to `path`: `FusedEncoder` (fused attention and projections)
-    or, with `fuse=False`, `OnnxEncoder` (standard ONNX operators only)."""
+    or, with `fuse=False`, `OnnxEncoder` (standard ONNX operators only). `metadata` adds
+    metadata_props entries (the vocabulary fingerprints)."""
     cfg, dims, sizes = model.cfg, _dims(model.cfg), example_sizes(model.cfg)
     batch, src_len = sizes[C.BATCH], sizes[C.SRC_LEN]
     src_ids = torch.randint(len(C.SPECIAL_TOKENS), cfg.src_vocab_size, (batch, src_len))
     dynamic = {C.SRC_IDS: {0: dims[C.BATCH], 1: dims[C.SRC_LEN]}}
     names = (C.ENCODER_INPUTS, C.encoder_outputs(cfg.n_decoder_layers))
     module = FusedEncoder(model) if fuse else OnnxEncoder(model)
-    return _run(module, (src_ids,), dynamic, names, cfg, "encoder", path, opset)
+    return _run(module, (src_ids,), dynamic, names, cfg, "encoder", path, opset, metadata)
 
 
 def decoder_example(cfg: ModelConfig) -> tuple[Any, ...]:
@@ -276,10 +290,14 @@ def decoder_example(cfg: ModelConfig) -> tuple[Any, ...]:
 
 
 def export_decoder(
-    model: Seq2SeqTransformer, path: str | Path, opset: int | None = None, fuse: bool = True
+    model: Seq2SeqTransformer,
+    path: str | Path,
+    opset: int | None = None,
+    fuse: bool = True,
+    metadata: dict[str, str] | None = None,
 ) -> GraphInfo:
     """Write the decoder-step graph to `path`: `FusedDecoderStep` or, with `fuse=False`,
-    `OnnxDecoderStep` (standard ONNX operators only)."""
+    `OnnxDecoderStep` (standard ONNX operators only); `metadata` as for `export_encoder`."""
     cfg, dims = model.cfg, _dims(model.cfg)
     batch, src_len, past_len = dims[C.BATCH], dims[C.SRC_LEN], dims[C.PAST_LEN]
     layers = cfg.n_decoder_layers
@@ -296,4 +314,4 @@ def export_decoder(
     args = decoder_example(cfg)
     names = (C.decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedDecoderStep(model) if fuse else OnnxDecoderStep(model)
-    return _run(module, args, dynamic, names, cfg, "decoder", path, opset)
+    return _run(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)

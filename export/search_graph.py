@@ -41,6 +41,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.vocabulary import METADATA_KEYS
 
 from .onnx_export import ExportError, edgeseq_version
 
@@ -310,13 +311,17 @@ def write_search_graph(
 ) -> SearchGraphInfo:
     """Write the one-graph search model of the graph pair at `encoder_path`/`decoder_path`."""
     start = time.perf_counter()
-    model, shared = search_model(onnx.load(str(encoder_path)), onnx.load(str(decoder_path)), cfg)
+    encoder = onnx.load(str(encoder_path))
+    model, shared = search_model(encoder, onnx.load(str(decoder_path)), cfg)
     values = {"graph": "search", "edgeseq_version": edgeseq_version()}
     values |= {"bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "pad_id": cfg.pad_id}
     values |= {"max_len": cfg.max_len}
-    for key, value in sorted(values.items()):
+    props = {f"edgeseq.{key}": str(value) for key, value in values.items()}
+    vocabulary = set(METADATA_KEYS.values())  # the fingerprints travel with the graphs
+    props |= {p.key: p.value for p in encoder.metadata_props if p.key in vocabulary}
+    for key, value in sorted(props.items()):
         entry = model.metadata_props.add()
-        entry.key, entry.value = f"edgeseq.{key}", str(value)
+        entry.key, entry.value = key, value
     onnx.checker.check_model(model)
     path = Path(path)
     onnx.save_model(model, str(path), save_as_external_data=False)

@@ -25,6 +25,7 @@ from .config import ModelConfig
 from .errors import BundleError, ConfigError, TokenizerError
 from .manifest import check_files, check_inside, read_manifest
 from .tokenizer import Tokenizer, TokenizerPair
+from .vocabulary import check_vocabulary
 
 # Static dims of the per-layer cross/cache tensors [batch, heads, len, d_head] checked per graph.
 KV_AXES = {1: "n_heads", 3: "d_head"}
@@ -145,7 +146,9 @@ def load_bundle(path: str | Path) -> Bundle:
     """Read and check the bundle at `path` (a directory, or the name of a built-in bundle
     such as "g2p-en": runtime/builtin.py): manifest format version, minimum onnxruntime,
     the sha256 of every listed file (and that config, tokenizers and graphs are listed),
-    the model config and the tokenizers. Raises BundleError naming the file and problem."""
+    the model config, the tokenizers and their vocabulary fingerprints (runtime/vocabulary.py)
+    against those the graphs and manifest record. Raises BundleError naming the file and
+    problem."""
     path = resolve_bundle(path)
     if not path.is_dir():
         raise BundleError(
@@ -176,9 +179,25 @@ def load_bundle(path: str | Path) -> Bundle:
             f"{path}: config.json describes an {config.architecture} model but the manifest's "
             "variants do not have its graphs; re-export the bundle"
         )
-    tokenizers = _tokenizers(path, data.get("tokenizers") or {}, listed)
+    names = data.get("tokenizers") or {}
+    tokenizers = _tokenizers(path, names, listed)
     check_tokenizers(path, config, tokenizers)
+    files = {side: names.get(side, C.TOKENIZER_FILE) for side in ("source", "target")}
+    check_vocabulary(path, manifest, files, _graph_files(path, variants, manifest, listed))
     return Bundle(path, config, tokenizers, manifest, variants, data.get("task"))
+
+
+def _graph_files(
+    path: Path, variants: dict[str, tuple[Path, ...]], manifest: dict[str, Any], listed: set[str]
+) -> list[Path]:
+    """Every graph file of the bundle: each variant's, and the listed one-graph search files."""
+    graphs = {p for files in variants.values() for p in files}
+    search = manifest.get("search")
+    for entry in search.values() if isinstance(search, dict) else ():
+        name = entry.get("file") if isinstance(entry, dict) else None
+        if isinstance(name, str) and name in listed:
+            graphs.add(check_inside(path, name))
+    return sorted(graphs)
 
 
 def check_tokenizers(path: Path, config: ModelConfig, tokenizers: TokenizerPair) -> None:

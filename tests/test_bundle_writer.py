@@ -95,7 +95,7 @@ def test_inspect_imports_neither_torch_nor_onnx() -> None:
 
 
 # -- atomic writes, with the expensive steps replaced by fakes --------------------------------
-def _fake_graph(model, path, opset=None, fuse=True) -> GraphInfo:
+def _fake_graph(model, path, opset=None, fuse=True, metadata=None) -> GraphInfo:
     Path(path).write_bytes(b"not really onnx")
     return GraphInfo(Path(path), 15, 0.0, 20, 10)
 
@@ -134,7 +134,7 @@ def test_force_replaces_an_existing_bundle(tmp_path, monkeypatch, export_model_f
 def test_interrupted_export_leaves_nothing(tmp_path, monkeypatch, export_model_factory, error):
     model, tokenizers = export_model_factory("post-sin-relu")
 
-    def decoder_dies(model, path, opset=None, fuse=True):
+    def decoder_dies(model, path, opset=None, fuse=True, metadata=None):
         Path(path).write_bytes(b"half a graph")
         raise error
 

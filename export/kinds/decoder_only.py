@@ -86,9 +86,12 @@ class OnnxGPT(nn.Module):
 
 
 def export_gpt(
-    model: DecoderOnlyTransformer, path: str | Path, opset: int | None = None
+    model: DecoderOnlyTransformer,
+    path: str | Path,
+    opset: int | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> GraphInfo:
-    """Write the GPT graph (see `OnnxGPT`) to `path`."""
+    """Write the GPT graph (see `OnnxGPT`) to `path`, with `metadata` in its metadata_props."""
     cfg = model.cfg
     batch, past, new = EXAMPLE_BATCH, EXAMPLE_PAST, EXAMPLE_NEW
     b = Dim(C.BATCH, min=1)
@@ -108,7 +111,7 @@ def export_gpt(
         "past": tuple({0: b, 2: p} for _ in range(2 * cfg.n_decoder_layers)),
     }
     names = (C.gpt_inputs(cfg.n_decoder_layers), C.gpt_outputs(cfg.n_decoder_layers))
-    info = _run(OnnxGPT(model), args, shapes, names, cfg, "gpt", path, opset)
+    info = _run(OnnxGPT(model), args, shapes, names, cfg, "gpt", path, opset, metadata)
     _name_total_axis(Path(path))
     return run_info(info, Path(path))
 

@@ -57,17 +57,20 @@ class OnnxBERT(nn.Module):
 
 
 def export_bert(
-    model: EncoderOnlyTransformer, path: str | Path, opset: int | None = None
+    model: EncoderOnlyTransformer,
+    path: str | Path,
+    opset: int | None = None,
+    metadata: dict[str, str] | None = None,
 ) -> GraphInfo:
-    """Write the BERT graph (see `OnnxBERT`) to `path`."""
+    """Write the BERT graph (see `OnnxBERT`) to `path`, with `metadata` in its
+    metadata_props."""
     cfg = model.cfg
     b, s = Dim(C.BATCH, min=1), Dim(C.SEQUENCE_LENGTH, min=1, max=cfg.max_len)
     ids = random_ids(cfg, EXAMPLE_BATCH, EXAMPLE_NEW + 1)
     args = (ids, torch.ones_like(ids))
     shapes = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}}
-    return _run(
-        OnnxBERT(model), args, shapes, (C.BERT_INPUTS, C.BERT_OUTPUTS), cfg, "bert", path, opset
-    )
+    names = (C.BERT_INPUTS, C.BERT_OUTPUTS)
+    return _run(OnnxBERT(model), args, shapes, names, cfg, "bert", path, opset, metadata)
 
 
 def torch_run(model: EncoderOnlyTransformer) -> Run:

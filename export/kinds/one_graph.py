@@ -32,12 +32,14 @@ from torch import Tensor
 
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
+from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.providers import session_options
 from edgeseq.runtime.tokenizer import TokenizerPair
+from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadata
 
 from ..bundle import (
     bundle_config,
@@ -229,9 +231,10 @@ def export_one_graph(
         raise OptionsError("verifying a GPT or BERT export needs held-out inputs")
     model.eval()
     start = time.perf_counter()
+    vocabulary = fingerprints(tokenizers)
     with atomic_directory(out) as tmp:
         say(f"export {module.NAME} graph")
-        graph = module.export_graph(model, tmp / C.MODEL_FILE, opset)
+        graph = module.export_graph(model, tmp / C.MODEL_FILE, opset, graph_metadata(vocabulary))
         say(f"  {C.MODEL_FILE}: {graph.bytes / 1e6:.2f} MB in {graph.seconds:.1f} s")
         parity: dict[str, Any] = {"skipped": True}
         if verify:
@@ -253,6 +256,7 @@ def export_one_graph(
         write_json(tmp / C.CONFIG_FILE, bundle_config(model.cfg, files, graphs, task, module.NAME))
         min_ort = min_onnxruntime(graph.opset, graph.ir_version)
         fields = {"kind": module.NAME, "architecture": model.cfg.architecture}
+        fields[MANIFEST_KEY] = vocabulary
         manifest = write_manifest(
             tmp, bundle_manifest(graphs, start, table, parity, min_ort, **fields)
         )
@@ -269,8 +273,10 @@ def verify_one_graph(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Parity levels 1-3 of a GPT or BERT bundle's fp32 graph (checksums already checked)
-    against `model`; ParityError when a level fails, BundleError for another model's bundle."""
+    against `model`; ParityError when a level fails, BundleError for another model's bundle
+    or one that fails the runtime's checks (tokenizers and their vocabulary fingerprints)."""
     say = progress or (lambda _: None)
+    load_bundle(bundle)
     config = json.loads((bundle / C.CONFIG_FILE).read_text(encoding="utf-8"))
     if config.get("model") != model.cfg.to_dict():
         raise BundleError(

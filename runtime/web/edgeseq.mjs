@@ -11,8 +11,9 @@
 //
 // The bundle is the directory `edgeseq export` writes (docs/bundle.md): config.json,
 // manifest.json, tokenizer.json (and tokenizer.target.json), and the two graphs of the chosen
-// variant as the manifest names them. Every file is checked against the manifest's sha256 when
-// the page has WebCrypto (https or 127.0.0.1/localhost). Inputs and outputs are fed and read by
+// variant as the manifest names them. Every file is checked against the manifest's sha256, and
+// each tokenizer against the vocabulary fingerprint the manifest and graphs record, when the
+// page has WebCrypto (https or 127.0.0.1/localhost). Inputs and outputs are fed and read by
 // the names config.json lists, like runtime/kinds/seq2seq.py: encoder src_ids int64 [1, S] ->
 // memory and cross_k.i / cross_v.i float32 [1, H, S, Dh]; decoder input_ids int64 [1, 1],
 // past_k.i / past_v.i [1, H, P, Dh], cross K/V, src_mask bool [1, S] -> logits [1, 1, V] and
@@ -21,9 +22,9 @@
 // com.microsoft.BeamSearch graph fed the inputs of docs/bundle.md ("The one-graph search
 // variant"); its hypotheses are re-ranked as runtime/graph_search.py re-ranks them.
 
-import { Tokenizer, TokenizerError } from "./tokenizer.mjs";
+import { Tokenizer, TokenizerError, vocabularyFingerprint } from "./tokenizer.mjs";
 
-export { Tokenizer, TokenizerError };
+export { Tokenizer, TokenizerError, vocabularyFingerprint };
 
 /** Which graphs Bundle.load opens: the two-graph loop, the search graph, or both. */
 export const SEARCH_MODES = ["loop", "graph", "both"];
@@ -58,6 +59,75 @@ function parseJSON(bytes, name) {
     return JSON.parse(new TextDecoder().decode(bytes));
   } catch (err) {
     throw new BundleError(`${name} is not valid JSON (${err.message}); re-export the bundle`);
+  }
+}
+
+/** metadata_props {key: value} of an .onnx file's bytes: the top level of its protobuf
+ * (ModelProto field 14, StringStringEntryProto key 1 / value 2), the graph skipped. */
+export function onnxMetadata(bytes) {
+  let at = 0;
+  const varint = (end) => {
+    let value = 0;
+    for (let shift = 0; shift < 64; shift += 7) {
+      if (at >= end) break;
+      const byte = bytes[at++];
+      value += (byte & 0x7f) * 2 ** shift;
+      if (byte < 0x80) return value;
+    }
+    throw new BundleError("a graph file is not an ONNX model; re-export the bundle");
+  };
+  const utf8 = new TextDecoder("utf-8", { fatal: true });
+  const out = {};
+  while (at < bytes.length) {
+    const tag = varint(bytes.length);
+    const wire = tag % 8;
+    if (wire === 0) varint(bytes.length);
+    else if (wire === 1 || wire === 5) at += wire === 1 ? 8 : 4;
+    else if (wire === 2) {
+      const length = varint(bytes.length);
+      const end = at + length;
+      if (Math.floor(tag / 8) === 14) {
+        const entry = {};
+        while (at < end) {
+          const field = Math.floor(varint(end) / 8);
+          const size = varint(end);
+          entry[field] = utf8.decode(bytes.subarray(at, at + size));
+          at += size;
+        }
+        out[entry[1] ?? ""] = entry[2] ?? "";
+      }
+      at = end;
+    } else throw new BundleError("a graph file is not an ONNX model; re-export the bundle");
+  }
+  return out;
+}
+
+/**
+ * Refuse a tokenizer file whose vocabulary fingerprint differs from the one manifest.json
+ * ("vocabulary") or a graph's metadata_props (edgeseq.{side}_vocab_sha256) records; bundles
+ * exported before fingerprints record none. `tokenizers`: {side: {name, data}}; `graphs`:
+ * [{name, bytes}] of the .onnx files to be opened.
+ */
+export async function checkVocabulary(manifest, tokenizers, graphs) {
+  for (const [side, { name, data }] of Object.entries(tokenizers)) {
+    const records = [];
+    const listed = manifest.vocabulary?.[side];
+    if (listed !== undefined) records.push(["manifest.json", listed]);
+    for (const graph of graphs) {
+      const value = onnxMetadata(graph.bytes)[`edgeseq.${side}_vocab_sha256`];
+      if (value !== undefined) records.push([graph.name, value]);
+    }
+    if (!records.length) continue;
+    const got = await vocabularyFingerprint(data);
+    for (const [where, want] of records) {
+      if (want !== got) {
+        throw new BundleError(
+          `${name} does not match the vocabulary the graphs were exported with (fingerprint ` +
+            `${got.slice(0, 16)}..., ${where} records ${String(want).slice(0, 16)}...); ` +
+            "re-export the bundle or restore the file",
+        );
+      }
+    }
   }
 }
 
@@ -108,18 +178,19 @@ export class Bundle {
     };
     const config = parseJSON(await get("config.json"), "config.json");
     const names = config.tokenizers ?? { source: "tokenizer.json", target: "tokenizer.json" };
-    const source = Tokenizer.fromJSON(parseJSON(await get(names.source), names.source));
-    const target =
+    const sourceData = parseJSON(await get(names.source), names.source);
+    const targetData =
       names.target === names.source
-        ? source
-        : Tokenizer.fromJSON(parseJSON(await get(names.target), names.target));
+        ? sourceData
+        : parseJSON(await get(names.target), names.target);
+    const source = Tokenizer.fromJSON(sourceData);
+    const target = names.target === names.source ? source : Tokenizer.fromJSON(targetData);
     const options = { executionProviders: ["wasm"], ...sessionOptions };
-    const open = async (file) => {
-      const bytes = await get(file);
+    const open = async ({ name, bytes }) => {
       try {
         return await ort.InferenceSession.create(bytes, options);
       } catch (err) {
-        throw new BundleError(`onnxruntime-web cannot load ${file}: ${err.message ?? err}`);
+        throw new BundleError(`onnxruntime-web cannot load ${name}: ${err.message ?? err}`);
       }
     };
     const files = search === "graph" ? [] : [entry.encoder, entry.decoder];
@@ -133,7 +204,17 @@ export class Bundle {
       }
       files.push(file);
     }
-    const sessions = await Promise.all(files.map(open));
+    const graphFiles = await Promise.all(
+      files.map(async (name) => ({ name, bytes: await get(name) })),
+    );
+    if (verify) {
+      const sides = {
+        source: { name: names.source, data: sourceData },
+        target: { name: names.target, data: targetData },
+      };
+      await checkVocabulary(manifest, sides, graphFiles);
+    }
+    const sessions = await Promise.all(graphFiles.map(open));
     const [encoder, decoder] = search === "graph" ? [null, null] : sessions;
     const graphs = { encoder, decoder, search: search === "loop" ? null : sessions.at(-1) };
     return new Bundle(ort, config, source, target, graphs, { variant, search, verified: verify });

@@ -242,3 +242,53 @@ export class Tokenizer {
     return kept.join(this.fuse ? "" : " ");
   }
 }
+
+// -- vocabulary fingerprints (runtime/vocabulary.py, docs/bundle.md) -------------------------
+
+/** RFC 8785 (JCS) text of a parsed JSON value: keys sorted by UTF-16 code units, no spaces. */
+export function canonicalJSON(value) {
+  if (value === null || typeof value !== "object") return JSON.stringify(value);
+  if (Array.isArray(value)) return `[${value.map(canonicalJSON).join(",")}]`;
+  const keys = Object.keys(value).sort();
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${canonicalJSON(value[k])}`).join(",")}}`;
+}
+
+/** The object whose canonical JSON a vocabulary fingerprint hashes (see vocabulary.py). */
+export function fingerprinted(data) {
+  const model = { ...(data.model ?? {}) };
+  const vocab = model.vocab;
+  delete model.vocab;
+  const pairs = new Map(); // JSON of [id, token] -> [id, token]: distinct pairs
+  const add = (id, token) => pairs.set(JSON.stringify([id, String(token)]), [id, String(token)]);
+  if (Array.isArray(vocab)) {
+    vocab.forEach((entry, id) => add(id, entry[0])); // Unigram: [token, score], index = id
+    model.vocab = vocab.map((entry) => entry[1]);
+  } else if (vocab && typeof vocab === "object") {
+    for (const [token, id] of Object.entries(vocab)) add(id, token);
+  }
+  for (const t of data.added_tokens ?? []) add(t.id, t.content);
+  if (Array.isArray(model.merges)) {
+    model.merges = model.merges.map((m) => {
+      if (typeof m !== "string") return m;
+      const space = m.indexOf(" ");
+      return space < 0 ? [m] : [m.slice(0, space), m.slice(space + 1)];
+    });
+  }
+  const ordered = [...pairs.values()].sort(
+    (a, b) => a[0] - b[0] || (a[1] < b[1] ? -1 : a[1] > b[1] ? 1 : 0),
+  );
+  return {
+    vocab: ordered,
+    model,
+    normalizer: data.normalizer ?? null,
+    pre_tokenizer: data.pre_tokenizer ?? null,
+    decoder: data.decoder ?? null,
+  };
+}
+
+/** Hex sha256 fingerprint of a parsed tokenizer.json (WebCrypto: https or localhost). */
+export async function vocabularyFingerprint(data) {
+  const bytes = new TextEncoder().encode(canonicalJSON(fingerprinted(data)));
+  const digest = await globalThis.crypto.subtle.digest("SHA-256", bytes);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
+}
