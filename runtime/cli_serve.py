@@ -3,6 +3,7 @@ no torch, only the `serve` extra (`pip install 'edgeseq[serve]'`).
 
     edgeseq serve bundles/g2p-en                                  # 127.0.0.1:8000
     edgeseq serve bundles/g2p-en --host 0.0.0.0 --max-batch 32 --max-wait-ms 5
+    edgeseq serve bundles/g2p-en --host 0.0.0.0 --api-key-file /run/secrets/edgeseq-key
     edgeseq serve bundles/g2p-en --ray --replicas 2 --max-replicas 4   # Ray Serve ('ray' extra)
 
 The routes, status codes and JSON are in docs/serve.md.
@@ -10,6 +11,7 @@ The routes, status codes and JSON are in docs/serve.md.
 
 from __future__ import annotations
 
+import os
 import signal
 from pathlib import Path
 
@@ -25,6 +27,10 @@ Routes:
   GET  /health       200 once loaded and warmed up, else 503
   GET  /v1/model     variant, versions, parity verdict
   GET  /metrics      Prometheus text format
+\b
+With --api-key-file FILE or EDGESEQ_API_KEY set, every route but /health
+(and /metrics, unless --metrics-auth) needs `Authorization: Bearer KEY`;
+without it: 401.
 \b
 Refusals: 413 too many inputs or characters, 422 invalid options or an
 over-long input, 429 queue full (Retry-After), 504 past --timeout.
@@ -118,6 +124,16 @@ def _require(module: str, extra: str) -> None:
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
 @click.option("--variant", default="fp32", show_default=True, help="Graph variant of the bundle.")
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
+@click.option(
+    "--api-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Require its first line as a bearer token on every route but /health "
+    "(default: $EDGESEQ_API_KEY; neither: no authentication).",
+)
+@click.option(
+    "--metrics-auth", is_flag=True, help="Put /metrics behind the API key too (default: open)."
+)
 @click.option("--ray", "use_ray", is_flag=True, help="Serve on Ray Serve instead (ray extra).")
 @click.option(
     "--replicas", type=click.IntRange(min=1), default=1, show_default=True, help="Ray replicas."
@@ -144,6 +160,8 @@ def serve(
     threads: int | None,
     variant: str,
     access_log: bool,
+    api_key_file: Path | None,
+    metrics_auth: bool,
     use_ray: bool,
     replicas: int,
     max_replicas: int | None,
@@ -151,11 +169,22 @@ def serve(
     """Serve the bundle BUNDLE over HTTP: POST /v1/generate, with batching across requests."""
     _require("starlette", "serve")
     _require("uvicorn", "serve")
+    from .serve.auth import exposure_warning, read_api_key
+
+    api_key = read_api_key(api_key_file, os.environ)
+    if metrics_auth and api_key is None:
+        raise click.UsageError("--metrics-auth needs a key: --api-key-file or EDGESEQ_API_KEY")
+    warning = exposure_warning(host, api_key)
     if use_ray:
         if max_batch_tokens is not None or workers != 1:
             raise click.UsageError(
                 "--max-batch-tokens and --workers apply without --ray (with --ray, each "
                 "replica batches requests with Ray's @serve.batch)"
+            )
+        if metrics_auth:
+            raise click.UsageError(
+                "--metrics-auth applies without --ray (with --ray there is no /metrics "
+                "route: Ray exports its own metrics)"
             )
         if max_replicas is not None and max_replicas < replicas:
             raise click.UsageError(f"--max-replicas {max_replicas} is below --replicas {replicas}")
@@ -169,6 +198,10 @@ def serve(
             args["threads"] = threads
         if max_replicas is not None:
             args["max_replicas"] = max_replicas
+        if api_key is not None:
+            args["api_key_sha256"] = api_key.sha256  # the replicas get the digest, not the key
+        if warning:
+            click.echo(warning, err=True)
         run_ray(args, host, port, timeout_s)
         return
     if replicas != 1 or max_replicas is not None:
@@ -184,12 +217,15 @@ def serve(
     generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
     settings = BatchSettings(max_batch, max_batch_tokens, max_wait_ms, max_queue, workers)
     limits = Limits(max_inputs=max_inputs, max_chars=max_chars)
-    app = create_app(generator, settings, limits, timeout_s, variant)
+    app = create_app(generator, settings, limits, timeout_s, variant, api_key, metrics_auth)
+    auth = "" if api_key is None else ", API key required"
     click.echo(
         f"serving {bundle} ({variant}, {generator.device}) on http://{host}:{port} "
-        f"(max batch {max_batch}, max wait {max_wait_ms:g} ms, {workers} worker(s))",
+        f"(max batch {max_batch}, max wait {max_wait_ms:g} ms, {workers} worker(s){auth})",
         err=True,
     )
+    if warning:
+        click.echo(warning, err=True)
     config = uvicorn.Config(
         app,
         host=host,

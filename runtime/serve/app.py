@@ -10,6 +10,10 @@
 | `GET /v1/model` | manifest summary: variant, versions, parity verdict |
 | `GET /metrics` | Prometheus text format (runtime/serve/metrics.py) |
 
+With an API key (runtime/serve/auth.py) every route but `/health` (and `/metrics`, unless
+`metrics_auth`) answers 401 to a request without `Authorization: Bearer <key>`; the refusals
+are counted in the metrics like other answers.
+
 The model runs on the batcher's worker threads; the event loop only parses, waits on a
 future and answers, so it never blocks on the model. Status codes: 400 not JSON, 413 too
 large, 422 invalid, 429 queue full (with `Retry-After`), 503 not ready or shutting down,
@@ -33,6 +37,7 @@ from starlette.routing import Route
 
 from ..generator import Generator
 from ..search import GenerationOptions
+from .auth import ApiKey, refusal
 from .batcher import Batcher, BatchSettings, QueueFullError, RequestTimeoutError, ShuttingDownError
 from .metrics import CONTENT_TYPE, ServeMetrics
 from .request import Limits, RequestError, model_summary, parse_generate, render
@@ -52,8 +57,12 @@ class ServerState:
         limits: Limits,
         timeout_s: float,
         variant: str,
+        api_key: ApiKey | None = None,
+        metrics_auth: bool = False,
     ) -> None:
         self.generator = generator
+        self.api_key = api_key
+        self.metrics_open = not metrics_auth
         self.limits = limits
         self.timeout_s = timeout_s
         self.variant = variant
@@ -74,11 +83,20 @@ def create_app(
     limits: Limits | None = None,
     timeout_s: float = 30.0,
     variant: str = "fp32",
+    api_key: ApiKey | None = None,
+    metrics_auth: bool = False,
 ) -> Starlette:
     """The application serving `generator`; the batcher starts and warms up in the
-    lifespan, and drains at its end."""
+    lifespan, and drains at its end. With `api_key`, requests need it as a bearer token
+    (runtime/serve/auth.py); `metrics_auth` puts /metrics behind it too."""
     state = ServerState(
-        generator, settings or BatchSettings(), limits or Limits(), timeout_s, variant
+        generator,
+        settings or BatchSettings(),
+        limits or Limits(),
+        timeout_s,
+        variant,
+        api_key,
+        metrics_auth,
     )
 
     @contextlib.asynccontextmanager
@@ -120,20 +138,26 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 def _measured(state: ServerState, endpoint: str, handler: Handler) -> Endpoint:
-    """Wrap a route: time it and count its status in the metrics."""
+    """Wrap a route: refuse it without the API key, time it and count its status in the
+    metrics."""
 
     async def route(request: Request) -> Response:
         started = time.perf_counter()
-        response = await handler(state, request)
+        response = _refusal(state, request) or await handler(state, request)
         state.metrics.on_request(endpoint, response.status_code, time.perf_counter() - started)
         return response
 
     return route
 
 
+def _refusal(state: ServerState, request: Request) -> Response | None:
+    authorization = request.headers.get("authorization")
+    return refusal(state.api_key, request.url.path, authorization, state.metrics_open)
+
+
 def _metrics(state: ServerState) -> Endpoint:
     async def route(request: Request) -> Response:
-        return Response(state.metrics.text(), media_type=CONTENT_TYPE)
+        return _refusal(state, request) or Response(state.metrics.text(), media_type=CONTENT_TYPE)
 
     return route
 

@@ -6,7 +6,10 @@
     serve run serve.yaml                                      # see docs/serve.md
 
 Routes: `POST /v1/generate`, `GET /v1/model`, `GET /health` (Ray Serve's own proxy answers
-`/-/healthz`; Prometheus metrics are Ray's own, e.g. `serve_actual_batch_size`).
+`/-/healthz`; Prometheus metrics are Ray's own, e.g. `serve_actual_batch_size`). With a key
+(`api_key_file=PATH`, or `$EDGESEQ_API_KEY` where the application is built), every route but
+`/health` needs it as a bearer token, as for `edgeseq serve` (runtime/serve/auth.py); the
+replicas receive its sha256 only (`api_key_sha256`), which is what Ray stores.
 
 `@serve.batch` merges concurrent requests of one replica (up to `max_batch` requests, waiting
 at most `max_wait_ms`); `run_merged` then runs each group of equal options as one
@@ -17,6 +20,7 @@ results equal offline generation. Needs the `ray` extra: `pip install 'edgeseq[r
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 from ray import serve
@@ -26,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 
 from ..generator import Generator, Result
 from ..search import GenerationOptions
+from .auth import ApiKey, api_key_digest, refusal
 from .batcher import run_merged
 from .request import Limits, RequestError, model_summary, parse_generate, render
 
@@ -42,6 +47,8 @@ ARGS: dict[str, type] = {
     "max_queue": int,
     "replicas": int,
     "max_replicas": int,
+    "api_key_file": str,
+    "api_key_sha256": str,
 }
 
 
@@ -58,6 +65,7 @@ class EdgeseqDeployment:
         max_batch: int = 32,
         max_wait_ms: float = 5.0,
         limits: Limits | None = None,
+        api_key_sha256: str | None = None,
     ) -> None:
         self.generator = Generator.load(
             bundle, providers=provider, threads=threads, variant=variant
@@ -65,6 +73,7 @@ class EdgeseqDeployment:
         self.variant = variant
         self.max_batch = max_batch
         self.limits = limits or Limits()
+        self.api_key = ApiKey(api_key_sha256) if api_key_sha256 else None
         self.generator.generate(["a"])  # warm-up before the replica reports healthy
         self._run.set_max_batch_size(max_batch)
         self._run.set_batch_wait_timeout_s(max_wait_ms / 1000)
@@ -78,6 +87,9 @@ class EdgeseqDeployment:
     async def __call__(self, request: Request) -> Response:
         """Route one HTTP request."""
         path, method = request.url.path.rstrip("/"), request.method
+        denied = refusal(self.api_key, path, request.headers.get("authorization"))
+        if denied is not None:
+            return denied
         if path.endswith("/health") and method == "GET":
             return JSONResponse({"status": "ready"})
         if path.endswith("/v1/model") and method == "GET":
@@ -104,6 +116,9 @@ def build(args: dict[str, Any]) -> serve.Application:
     if unknown or "bundle" not in args:
         raise ValueError(f"build() takes bundle= and optionally {sorted(ARGS)}; got {unknown}")
     values = {k: ARGS[k](v) for k, v in args.items()}
+    values["api_key_sha256"] = api_key_digest(
+        values.pop("api_key_sha256", None), values.pop("api_key_file", None), os.environ
+    )
     replicas = values.pop("replicas", 1)
     # Requests queued at each Ray proxy beyond max_queue: 429 with Retry-After, as edgeseq serve.
     backpressure = {
