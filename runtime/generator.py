@@ -26,6 +26,7 @@ and every call keeps its state local.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -51,7 +52,18 @@ from .search import (
 from .step import StepModel
 from .tokenizer import TokenizerPair
 
-__all__ = ["Candidate", "Generator", "Result", "Source"]
+__all__ = ["Candidate", "Generator", "OpenOptions", "Result", "Source"]
+
+
+@dataclass(frozen=True)
+class OpenOptions:
+    """How `Generator.load` asks a kind to open a bundle (see `load` for each field)."""
+
+    providers: Providers
+    threads: int | None
+    variant: str
+    optimization: str
+    search: str
 
 
 class Generator:
@@ -102,21 +114,12 @@ class Generator:
             )
         bundle = load_bundle(bundle_dir)
         kind = generator_class(bundle.architecture)  # runtime/kinds/: one module per kind
-        return kind.open(bundle, providers, threads, variant or bundle.default_variant,
-                         optimization, search)  # fmt: skip
+        variant = variant or bundle.default_variant
+        return kind.open(bundle, OpenOptions(providers, threads, variant, optimization, search))
 
     @classmethod
-    def open(
-        cls,
-        bundle: Bundle,
-        providers: Providers,
-        threads: int | None,
-        variant: str,
-        optimization: str,
-        search: str,
-    ) -> Generator:
-        """Open `bundle`'s graphs of `variant` for this kind (each kind overrides it; see
-        `load` for the arguments)."""
+    def open(cls, bundle: Bundle, how: OpenOptions) -> Generator:
+        """Open `bundle`'s graphs as `how` says, for this kind (each kind overrides it)."""
         raise NotImplementedError(f"{cls.__name__} does not open bundles; use Generator.load")
 
     def uses_graph(self, options: GenerationOptions) -> bool:

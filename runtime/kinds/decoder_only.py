@@ -29,8 +29,8 @@ from .. import constants as C
 from ..bundle import Bundle, check_model_graph
 from ..config import ModelConfig
 from ..errors import InputTooLongError, OptionsError
-from ..generator import Generator
-from ..providers import Providers, open_session
+from ..generator import Generator, OpenOptions
+from ..providers import open_session
 from ..results import Result, Source
 from ..search import GenerationOptions
 
@@ -126,23 +126,17 @@ class OrtGPTStep:
         )
 
 
-def open_model_graph(
-    bundle: Bundle,
-    providers: Providers,
-    threads: int | None,
-    variant: str,
-    optimization: str,
-    search: str,
-) -> tuple[ort.InferenceSession, str]:
-    """The checked session of a one-graph bundle's `variant` and its device ("cuda"/"cpu");
-    search "graph" is refused (these kinds have no one-graph search variant)."""
-    if search == "graph":
+def open_model_graph(bundle: Bundle, how: OpenOptions) -> tuple[ort.InferenceSession, str]:
+    """The checked session of a one-graph bundle's `how.variant` and its device ("cuda" or
+    "cpu"); search "graph" is refused (these kinds have no one-graph search variant)."""
+    if how.search == "graph":
         raise OptionsError(
             f"{bundle.path} is a {bundle.architecture} bundle: it has no one-graph "
             "search variant (use search 'auto' or 'loop')"
         )
-    session, device = open_session(bundle.model_graph(variant), providers, threads, optimization)
-    check_model_graph(bundle, session, variant)
+    graph = bundle.model_graph(how.variant)
+    session, device = open_session(graph, how.providers, how.threads, how.optimization)
+    check_model_graph(bundle, session, how.variant)
     return session, device
 
 
@@ -152,20 +146,10 @@ class GPTGenerator(Generator):
     runs_empty_input = True
 
     @classmethod
-    def open(
-        cls,
-        bundle: Bundle,
-        providers: Providers,
-        threads: int | None,
-        variant: str,
-        optimization: str,
-        search: str,
-    ) -> GPTGenerator:
-        """Open `model.onnx` of `variant` (see `Generator.load`); the search always runs in
-        Python (a GPT bundle has no one-graph search variant)."""
-        session, device = open_model_graph(
-            bundle, providers, threads, variant, optimization, search
-        )
+    def open(cls, bundle: Bundle, how: OpenOptions) -> GPTGenerator:
+        """Open `model.onnx` of `how.variant` (see `Generator.load`); the search always runs
+        in Python (a GPT bundle has no one-graph search variant)."""
+        session, device = open_model_graph(bundle, how)
         return cls(bundle, OrtGPTStep(session, bundle.config), device, None, "loop")
 
     def encode(self, text: str, truncate: bool = False) -> Source:

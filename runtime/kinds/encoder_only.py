@@ -26,9 +26,8 @@ from .. import constants as C
 from ..bundle import Bundle
 from ..constants import SPECIAL_TOKENS
 from ..errors import InputTooLongError, OptionsError
-from ..generator import Generator
+from ..generator import Generator, OpenOptions
 from ..padding import right_pad
-from ..providers import Providers
 from ..results import Candidate, Result, Source
 from ..search import GenerationOptions
 from .decoder_only import open_model_graph
@@ -53,19 +52,9 @@ class BertClassifier(Generator):
         self.session = session
 
     @classmethod
-    def open(
-        cls,
-        bundle: Bundle,
-        providers: Providers,
-        threads: int | None,
-        variant: str,
-        optimization: str,
-        search: str,
-    ) -> BertClassifier:
-        """Open `model.onnx` of `variant` (see `Generator.load`)."""
-        session, device = open_model_graph(
-            bundle, providers, threads, variant, optimization, search
-        )
+    def open(cls, bundle: Bundle, how: OpenOptions) -> BertClassifier:
+        """Open `model.onnx` of `how.variant` (see `Generator.load`)."""
+        session, device = open_model_graph(bundle, how)
         return cls(bundle, session, device)
 
     def _run(self, sources: Sequence[Source]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -24,9 +24,9 @@ from .. import constants as C
 from ..bundle import Bundle, check_graph_pair
 from ..config import ModelConfig
 from ..errors import BundleError
-from ..generator import Generator
+from ..generator import Generator, OpenOptions
 from ..graph_search import GraphSearch
-from ..providers import DISABLED_OPTIMIZERS, Providers, open_sessions, session_options
+from ..providers import DISABLED_OPTIMIZERS, open_sessions, session_options
 from ..step import StepModel
 
 Layers = tuple[np.ndarray, ...]  # one (B, H, T, dh) array per decoder layer
@@ -281,20 +281,13 @@ class Seq2SeqGenerator(Generator):
     search variant where `search` allows it (`Generator.uses_graph`)."""
 
     @classmethod
-    def open(
-        cls,
-        bundle: Bundle,
-        providers: Providers,
-        threads: int | None,
-        variant: str,
-        optimization: str,
-        search: str,
-    ) -> Seq2SeqGenerator:
-        """Open the encoder and decoder of `variant` (see `Generator.load`), and the search
-        variant of its precision unless `search` is "loop"."""
+    def open(cls, bundle: Bundle, how: OpenOptions) -> Seq2SeqGenerator:
+        """Open the encoder and decoder of `how.variant` (see `Generator.load`), and the
+        search variant of its precision unless `how.search` is "loop"."""
+        variant, search = how.variant, how.search
         encoder_path, decoder_path = bundle.graphs(variant)
         encoder, decoder, device = open_sessions(
-            encoder_path, decoder_path, providers, threads, optimization
+            encoder_path, decoder_path, how.providers, how.threads, how.optimization
         )
         check_graph_pair(bundle, encoder, decoder, variant)
         if device == "cuda":
@@ -304,7 +297,7 @@ class Seq2SeqGenerator(Generator):
         graph = None
         if search != "loop":
             precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
-            options = session_options(threads, optimization)
+            options = session_options(how.threads, how.optimization)
             graph = (  # on the providers the two graphs really run on
                 GraphSearch.open(bundle, precision, encoder.get_providers(), options)
                 if precision
