@@ -225,16 +225,3 @@ def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
         value = f"{entry['identical']}/{entry['inputs']}{ties}"
         rows.append(("3", check, value, ok(entry["passed"])))
     return rows
-
-
-def format_source_parity(group: dict[str, Any]) -> str:
-    """The source group as a table, with its first mismatches (the console's lines)."""
-    lines = [format_table([("level", "check", "value", "result"), *source_parity_rows(group)])]
-    for name in ("greedy", "beam"):
-        for m in group["level3"][name]["mismatches"]:
-            tie = " (near tie)" if m["near_tie"] else ""
-            lines.append(
-                f"  {name} input #{m['index']}: first differs at step {m['step']}{tie}, "
-                f"source top-2 {m['source_top2']}, onnx top-2 {m['onnx_top2']}"
-            )
-    return "\n".join(lines)
