@@ -79,6 +79,14 @@ def format_parity(report: dict[str, Any]) -> str:
             f"  input #{m['index']} {text!r}: first differs at step {m['step']}, "
             f"torch top-2 {m['torch_top2']}, onnx top-2 {m['onnx_top2']}"
         )
+    source = report.get("source") or {}
+    for name in ("greedy", "beam"):
+        for m in source.get("level3", {}).get(name, {}).get("mismatches", []):
+            tie = " (near tie)" if m["near_tie"] else ""
+            lines.append(
+                f"  source {name} input #{m['index']}: first differs at step {m['step']}{tie}, "
+                f"source top-2 {m['source_top2']}, onnx top-2 {m['onnx_top2']}"
+            )
     verdict = "passed" if report["passed"] else "FAILED"
     lines.append(f"parity {verdict} (fp32 tolerance {tol:.0e}, {report['seconds']} s)")
     return "\n".join(lines)
