@@ -205,9 +205,9 @@ class Generator:
                 continue
             batch = [sources[i] for i in rows]
             rngs = row_rngs(options, [s.sample_key for s in batch]) if options.sample else None
-            if graph is not None:
-                hyps = graph.search(self._padded(batch), options)
-            else:
+            hyps, unsure = graph.run(self._padded(batch), options) if graph else (None, [])
+            if hyps is None or (any(unsure) and self.search_mode == "auto"):
+                # the loop's answer where the graph's could differ (graph_search.may_differ)
                 hyps = search(self.step_model, self._padded(batch), options, rngs)
             for i, row_hyps in zip(rows, hyps, strict=True):
                 nbest = tuple(self._candidate(h) for h in row_hyps)

@@ -12,8 +12,11 @@ operator refuses encoder–decoders).
 The operator ranks finished hypotheses exactly as `beam_search` does (logprob / (tokens +
 1) ** length_penalty, `</s>` counted), but scores hypotheses still open at the step budget
 with the same length where `beam_search` uses `tokens`. `search` therefore asks for every
-beam's hypothesis, rescores each with `normalized_score` and re-ranks them, so the results
-match the loop's.
+beam's hypothesis, rescores each with `normalized_score` and re-ranks them. One difference
+remains: the operator keeps at most `num_beams` hypotheses per input, ranked by its own
+score, so at the budget it can drop a hypothesis that the loop ranks above one it kept
+(`may_differ`). `run` says for which rows that could have happened; `Generator.generate`
+with search "auto" then runs that batch on the loop, so its results are the loop's.
 """
 
 from __future__ import annotations
@@ -115,6 +118,13 @@ class GraphSearch:
     def search(self, src_ids: np.ndarray, options: GenerationOptions) -> list[list[Hypothesis]]:
         """Greedy or beam search of src_ids int64 (B, S) in one run -> per row, up to
         options.n_best hypotheses, best first (what `runtime.search.search` returns)."""
+        return self.run(src_ids, options)[0]
+
+    def run(
+        self, src_ids: np.ndarray, options: GenerationOptions
+    ) -> tuple[list[list[Hypothesis]], list[bool]]:
+        """`search`'s hypotheses, and per row whether `beam_search` could have returned
+        another n-best list (`may_differ`)."""
         reason = unsupported_reason(options)
         if reason is not None:
             raise OptionsError(f"the one-graph search cannot run these options: {reason}")
@@ -124,10 +134,12 @@ class GraphSearch:
             [C.SEARCH_SEQUENCES, C.SEARCH_SCORES], self.feeds(src_ids, options)
         )
         budget = step_budget(self, options.max_new_tokens)
-        return [
-            self._ranked(row_sequences, row_scores, budget, options)
-            for row_sequences, row_scores in zip(sequences, scores, strict=True)
-        ]
+        ranked, unsure = [], []
+        for row_sequences, row_scores in zip(sequences, scores, strict=True):
+            hyps = self._ranked(row_sequences, row_scores, budget, options)
+            ranked.append(hyps[: options.n_best])
+            unsure.append(may_differ(hyps, row_scores, budget, options))
+        return ranked, unsure
 
     def _ranked(
         self,
@@ -137,7 +149,7 @@ class GraphSearch:
         options: GenerationOptions,
     ) -> list[Hypothesis]:
         """sequences int32 (R, T) (<s> first, </s> left out, -1 after), scores (R,) ->
-        Hypotheses scored as `beam_search` scores them, best first, cut to n_best."""
+        Hypotheses scored as `beam_search` scores them, best first."""
         pad, penalty = C.SEARCH_OUTPUT_PAD, options.length_penalty
         hyps = []
         for sequence, score in zip(sequences, scores, strict=True):
@@ -148,7 +160,32 @@ class GraphSearch:
             logprob = float(score) * (len(tokens) + 1) ** penalty
             rescored = normalized_score(logprob, len(tokens) + finished, penalty)
             hyps.append(Hypothesis(tokens, logprob, rescored, finished))
-        return sorted(hyps, key=lambda h: -h.score)[: options.n_best]
+        return sorted(hyps, key=lambda h: -h.score)
+
+
+def may_differ(
+    hyps: list[Hypothesis], scores: np.ndarray, budget: int, options: GenerationOptions
+) -> bool:
+    """Whether `beam_search` could return another n-best list for a row whose hypotheses
+    onnxruntime kept are `hyps` (rescored as the loop scores them) with its own `scores`.
+
+    The operator keeps at most num_beams hypotheses, ranked by its score, in which an open
+    hypothesis at the budget is divided by (budget + 1) ** length_penalty where the loop
+    divides by budget ** length_penalty. At the budget it can thus drop a finished hypothesis
+    (length_penalty > 0) or an open one (< 0) that the loop ranks higher. Whatever it dropped
+    scored at most its worst kept score, which is, in the loop's terms, at most `bound`. The
+    list is certain when its n_best-th loop score is above that bound, or when nothing could
+    have been dropped out of order (greedy, no length penalty, or, with a positive one, no
+    open hypothesis kept: no open one then displaced a finished one)."""
+    penalty = options.length_penalty
+    if options.beam_size == 1 or penalty == 0:
+        return False
+    if penalty > 0 and all(h.finished for h in hyps):
+        return False
+    open_factor = ((budget + 1) / budget) ** penalty  # onnxruntime score -> the loop's
+    bound = float(np.min(scores)) * min(1.0, open_factor)
+    nth = hyps[min(options.n_best, len(hyps)) - 1].score
+    return not nth > bound
 
 
 def _input_names() -> tuple[str, ...]:

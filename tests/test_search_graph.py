@@ -227,3 +227,43 @@ def test_verify_reruns_the_search_group(runtime_model, search_bundle: Path, tmp_
     assert report["passed"] and report["search"]["passed"]
     assert set(report["search"]) >= {"fp32", "int8", "ort"}
     assert all(r["inputs"] == 40 for r in report["search"]["fp32"]["rows"])
+
+
+# Beams hitting the step budget: onnxruntime keeps num_beams hypotheses ranked by its own
+# score, in which an open one counts one length unit more than in the loop (issue 39, item 3).
+AT_THE_BUDGET = [
+    GenerationOptions(beam_size=beam, n_best=beam, max_new_tokens=budget, length_penalty=penalty)
+    for beam in (4, 6)
+    for budget in (3, 4, 8)
+    for penalty in (1.0, 2.0, -0.5)
+]
+
+
+def _lists(results) -> list[list[tuple[int, ...]]]:
+    return [[c.token_ids for c in r.nbest] for r in results]
+
+
+def test_the_graph_flags_every_list_the_loop_ranks_otherwise(
+    search_bundle: Path, graph_gen: Generator, loop_gen: Generator
+) -> None:
+    strict = Generator.load(search_bundle, providers="cpu", threads=1, search="graph")
+    run = [t for t in TEXTS if t]  # what generate runs ("" is skipped)
+    differ = 0
+    for options in AT_THE_BUDGET:
+        _, unsure = strict.graph_search.run(_padded(loop_gen, run), options)
+        graph, loop = strict.generate(TEXTS, options), loop_gen.generate(TEXTS, options)
+        for text, g, lp in zip(TEXTS, graph, loop, strict=True):
+            if _lists([g]) != _lists([lp]):
+                differ += 1
+                assert unsure[run.index(text)], (options, text)
+                dropped = {c.token_ids for c in lp.nbest} - {c.token_ids for c in g.nbest}
+                if options.length_penalty > 0:  # what onnxruntime dropped: a finished one
+                    assert any(c.finished for c in lp.nbest if c.token_ids in dropped)
+        assert _lists(graph_gen.generate(TEXTS, options)) == _lists(loop)  # auto: the loop's
+    assert differ >= 3  # the case is exercised
+
+
+def test_lists_ended_before_the_budget_are_certain(graph_gen: Generator) -> None:
+    options = GenerationOptions(beam_size=4, n_best=4)
+    _, unsure = graph_gen.graph_search.run(_padded(graph_gen, TEXTS[:3]), options)
+    assert unsure == [False, False, False]

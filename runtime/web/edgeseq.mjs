@@ -351,7 +351,10 @@ export class Bundle {
     });
     // sequences int32 [B, beams, T]: <s>, the tokens, then -1 (</s> left out). onnxruntime
     // scores a hypothesis still open at the budget with one length unit more than a finished
-    // one; rescore every hypothesis as runtime/graph_search.py does and keep the best.
+    // one; rescore every hypothesis as runtime/graph_search.py does and keep the best. Where
+    // beams reach the budget onnxruntime may have dropped a finished hypothesis the Python
+    // loop ranks higher (graph_search.may_differ); Python then re-runs the loop, which this
+    // module does not have for beams: its answer is onnxruntime's there.
     const { data, dims } = result.sequences;
     const scores = result.sequences_scores.data;
     const T = dims[2];
