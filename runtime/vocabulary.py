@@ -203,7 +203,10 @@ def recorded(
             found[side].append(("manifest.json", value))
     for graph in graphs:
         if graph.suffix == ".onnx":
-            meta = read_onnx_metadata(graph)
+            try:
+                meta = read_onnx_metadata(graph)
+            except BundleError:  # a graph that does not parse: opening it names the file,
+                continue  # and a variant that cannot run is the runtime's to refuse or skip
             for side in SIDES:
                 if METADATA_KEYS[side] in meta:
                     found[side].append((graph.name, meta[METADATA_KEYS[side]]))
