@@ -24,6 +24,7 @@ from .progress import progress_bar
 from .providers import PROVIDER_CHOICES
 from .results import result_json as results_json
 from .search import GenerationOptions
+from .tokenizer import utf8_text
 
 INPUT_RULES = """\b
 Input: the TEXT arguments; without them, the lines of --input FILE, or of stdin.
@@ -88,7 +89,10 @@ def _argument_text(text: str) -> tuple[str, bool]:
         text.encode("utf-8")
         return text, False
     except UnicodeEncodeError:
-        raw = text.encode("utf-8", errors="surrogateescape")
+        try:
+            raw = text.encode("utf-8", errors="surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no byte escapes to (an in-process caller)
+            return utf8_text(text), True
         return raw.decode("utf-8", errors="replace"), True
 
 

@@ -122,7 +122,11 @@ def _require(module: str, extra: str) -> None:
     help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
 )
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
-@click.option("--variant", default="fp32", show_default=True, help="Graph variant of the bundle.")
+@click.option(
+    "--variant",
+    default=None,
+    help="Graph variant of the bundle (default: fp32, or the only one, as generate).",
+)
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
 @click.option(
     "--api-key-file",
@@ -158,7 +162,7 @@ def serve(
     timeout_s: float,
     provider: str,
     threads: int | None,
-    variant: str,
+    variant: str | None,
     access_log: bool,
     api_key_file: Path | None,
     metrics_auth: bool,
@@ -191,9 +195,11 @@ def serve(
         _require("ray", "ray")
         from .serve.ray_run import run_ray
 
-        args = {"bundle": str(bundle.resolve()), "variant": variant, "provider": provider,
+        args = {"bundle": str(bundle.resolve()), "provider": provider,
                 "max_batch": max_batch, "max_wait_ms": max_wait_ms, "max_inputs": max_inputs,
                 "max_chars": max_chars, "max_queue": max_queue, "replicas": replicas}  # fmt: skip
+        if variant is not None:
+            args["variant"] = variant
         if threads is not None:
             args["threads"] = threads
         if max_replicas is not None:
@@ -215,6 +221,7 @@ def serve(
     from .serve.request import Limits
 
     generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
+    variant = generator.variant
     settings = BatchSettings(max_batch, max_batch_tokens, max_wait_ms, max_queue, workers)
     limits = Limits(max_inputs=max_inputs, max_chars=max_chars)
     app = create_app(generator, settings, limits, timeout_s, variant, api_key, metrics_auth)

@@ -50,7 +50,7 @@ from .search import (
     search,
 )
 from .step import StepModel
-from .tokenizer import TokenizerPair
+from .tokenizer import TokenizerPair, utf8_text
 
 __all__ = ["Candidate", "Generator", "OpenOptions", "Result", "Source"]
 
@@ -88,6 +88,7 @@ class Generator:
         self.device = device  # "cuda" or "cpu": where the graphs run
         self.graph_search = graph_search  # the one-graph variant's session, when loaded
         self.search_mode = search_mode  # "auto", "graph" or "loop": see `uses_graph`
+        self.variant = bundle.default_variant  # the graph variant running (`load` sets it)
 
     @classmethod
     def load(
@@ -115,7 +116,11 @@ class Generator:
         bundle = load_bundle(bundle_dir)
         kind = generator_class(bundle.architecture)  # runtime/kinds/: one module per kind
         variant = variant or bundle.default_variant
-        return kind.open(bundle, OpenOptions(providers, threads, variant, optimization, search))
+        generator = kind.open(
+            bundle, OpenOptions(providers, threads, variant, optimization, search)
+        )
+        generator.variant = variant
+        return generator
 
     @classmethod
     def open(cls, bundle: Bundle, how: OpenOptions) -> Generator:
@@ -145,8 +150,11 @@ class Generator:
 
     def tokenize(self, text: str) -> tuple[list[int], tuple[str, ...]]:
         """Source token ids of normalised `text` (no special tokens) and the input symbols
-        that became `<unk>` (as the model sees them, "?" where a symbol has no span)."""
+        that became `<unk>` (as the model sees them, "?" where a symbol has no span). An
+        unpaired surrogate (JSON can carry one, UTF-8 cannot) is read as U+FFFD, as the CLI
+        reads bytes that are not UTF-8."""
         tokenizer = self.tokenizers.source
+        text = utf8_text(text)
         encoding = tokenizer.hf.encode(text, add_special_tokens=False)
         ids = list(encoding.ids)
         unknown = tuple(

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .tokenizer import Tokenizer
+from .tokenizer import Tokenizer, utf8_text
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ class Result:
 def result_json(index: int, text: str, result: Result | None, target: Tokenizer) -> dict[str, Any]:
     """The JSON object for input number `index` (from 1) with text `text`; `result` None
     (or a skipped Result) means the input was not run. `target` names the output tokens."""
-    out: dict[str, Any] = {"index": index, "input": text}
+    out: dict[str, Any] = {"index": index, "input": utf8_text(text)}  # as the model read it
     if result is None or result.skipped:
         return out | {"output": "", "skipped": result.skipped if result else "empty"}
     out |= {

@@ -186,6 +186,13 @@ class Tokenizer:
         return token
 
 
+def utf8_text(text: str) -> str:
+    """`text` with every unpaired surrogate replaced by U+FFFD (a pair becomes its character)."""
+    if text.isascii():
+        return text
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
 def build_normalizer(steps: Sequence[str]) -> normalizers.Normalizer | None:
     """A `tokenizers` normalizer applying `steps` (names of NORMALIZERS) in order; None
     for no step."""
@@ -295,4 +302,5 @@ __all__ = [
     "UNK",
     "Tokenizer",
     "TokenizerPair",
+    "utf8_text",
 ]

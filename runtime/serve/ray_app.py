@@ -59,7 +59,7 @@ class EdgeseqDeployment:
     def __init__(
         self,
         bundle: str,
-        variant: str = "fp32",
+        variant: str | None = None,
         provider: str = "cpu",
         threads: int | None = 1,
         max_batch: int = 32,
@@ -70,7 +70,7 @@ class EdgeseqDeployment:
         self.generator = Generator.load(
             bundle, providers=provider, threads=threads, variant=variant
         )
-        self.variant = variant
+        self.variant = self.generator.variant
         self.max_batch = max_batch
         self.limits = limits or Limits()
         self.api_key = ApiKey(api_key_sha256) if api_key_sha256 else None
