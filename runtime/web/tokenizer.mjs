@@ -4,38 +4,28 @@
 //   tok.encode("Hello")      // [12, 9, 16, 16, 19]: normalised, pre-tokenised, no specials
 //   tok.decode([12, 9, 2])   // "he": specials dropped, stops at </s>
 //
-// It follows runtime/tokenizer.py exactly for what edgeseq bundles contain: the normalizer the
-// file declares (Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace,
-// Prepend), the pre-tokenizer (Split, WhitespaceSplit, Whitespace, Sequence), a WordLevel
-// vocabulary with its unknown token, and the decoder (Fuse joins tokens, none joins them with
-// spaces). Anything else is refused with an error naming it, never approximated.
+// It follows runtime/tokenizer.py (the `tokenizers` library) exactly for what edgeseq bundles
+// contain: the added tokens (split out before normalisation), the normalizer the file declares
+// (Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend,
+// Precompiled), the pre-tokenizer (Split, WhitespaceSplit, Whitespace, Metaspace, Sequence),
+// the model (WordLevel: edgeseq's char and word tokenizers; Unigram: imported SentencePiece
+// models such as MarianMT's, see unigram.mjs) and the decoder (Sequence, Replace, Metaspace,
+// Fuse, Strip; none joins the tokens with spaces). Regexes are tokenizers' (Oniguruma) syntax,
+// rewritten for JavaScript. Anything else is refused with an error naming it, never
+// approximated.
+
+import {
+  Precompiled,
+  TokenizerError,
+  Unigram,
+  findMatches,
+  patternRegex,
+  replaceMatches,
+} from "./unigram.mjs";
+
+export { TokenizerError };
 
 const SPECIAL_TOKENS = ["<pad>", "<s>", "</s>", "<unk>"]; // ids 0..3 in every edgeseq tokenizer
-
-export class TokenizerError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "TokenizerError";
-  }
-}
-
-// tokenizers' regexes (Oniguruma) read \s and \S as Unicode White_Space; JavaScript's \s
-// differs (it matches U+FEFF, not U+0085). Rewrite the unescaped ones.
-function oniguruma(source) {
-  return source.replace(/(?<=(?:^|[^\\])(?:\\\\)*)\\([sS])/g, (_, s) =>
-    s === "s" ? "\\p{White_Space}" : "\\P{White_Space}",
-  );
-}
-
-function patternRegex(pattern, where) {
-  if (pattern && typeof pattern.Regex === "string") {
-    return new RegExp(oniguruma(pattern.Regex), "gu");
-  }
-  if (pattern && typeof pattern.String === "string") {
-    return new RegExp(pattern.String.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"), "gu");
-  }
-  throw new TokenizerError(`${where}: pattern must be {"Regex": ...} or {"String": ...}`);
-}
 
 /** A function string -> string for a `normalizer` entry (null: identity). */
 export function buildNormalizer(spec) {
@@ -69,178 +59,285 @@ export function buildNormalizer(spec) {
       return (s) => s.replace(/\p{Mn}/gu, "");
     case "Replace": {
       const re = patternRegex(spec.pattern, "Replace normalizer");
-      return (s) => s.replace(re, () => spec.content);
+      return (s) => replaceMatches(re, s, spec.content);
     }
     case "Prepend":
       return (s) => (s.length ? spec.prepend + s : s);
+    case "Precompiled": {
+      const precompiled = new Precompiled(spec.precompiled_charsmap);
+      return (s) => precompiled.normalize(s);
+    }
     default:
       throw new TokenizerError(
         `normalizer ${JSON.stringify(spec.type)} is not supported by the web runtime; ` +
           "re-export the bundle with one of Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Strip, " +
-          "StripAccents, Replace, Prepend",
+          "StripAccents, Replace, Prepend, Precompiled",
       );
   }
 }
 
-/** Split `text` by the matches of `re` the way tokenizers' SplitDelimiterBehavior does. */
-function splitBy(text, re, behavior, invert) {
-  const pieces = []; // [string, isMatch]
-  let last = 0;
-  for (const m of text.matchAll(re)) {
-    if (m[0].length === 0) continue;
-    if (m.index > last) pieces.push([text.slice(last, m.index), false]);
-    pieces.push([m[0], true]);
-    last = m.index + m[0].length;
+/** The pieces of `text` split at `matches` ([start, end, isMatch] covering it) the way
+ * tokenizers' NormalizedString::split treats the delimiters; empty pieces dropped. */
+function splitPieces(text, matches, behavior) {
+  const out = []; // [start, end]
+  let previous = false;
+  const ordered = behavior === "MergedWithNext" ? [...matches].reverse() : matches;
+  for (const [start, end, isMatch] of ordered) {
+    const last = out[out.length - 1];
+    if (behavior === "Removed" && isMatch) continue;
+    if (behavior === "Contiguous" && isMatch === previous && last) last[1] = end;
+    else if (behavior === "MergedWithPrevious" && isMatch && !previous && last) last[1] = end;
+    else if (behavior === "MergedWithNext" && isMatch && !previous && last) last[0] = start;
+    else out.push([start, end]);
+    previous = isMatch;
   }
-  if (last < text.length) pieces.push([text.slice(last), false]);
-  const marked = pieces.map(([s, isMatch]) => [s, invert ? !isMatch : isMatch]);
-  switch (behavior) {
-    case "Isolated":
-      return marked.map(([s]) => s);
-    case "Removed":
-      return marked.filter(([, isDelim]) => !isDelim).map(([s]) => s);
-    case "MergedWithPrevious": {
-      const out = [];
-      for (const [s, isDelim] of marked) {
-        if (isDelim && out.length) out[out.length - 1] += s;
-        else out.push(s);
-      }
-      return out;
-    }
-    case "MergedWithNext": {
-      const out = [];
-      let pending = "";
-      for (const [s, isDelim] of marked) {
-        if (isDelim) pending += s;
-        else {
-          out.push(pending + s);
-          pending = "";
-        }
-      }
-      if (pending) out.push(pending);
-      return out;
-    }
-    case "Contiguous": {
-      const out = [];
-      let prevDelim = null;
-      for (const [s, isDelim] of marked) {
-        if (isDelim && prevDelim === true) out[out.length - 1] += s;
-        else out.push(s);
-        prevDelim = isDelim;
-      }
-      return out;
-    }
-    default:
-      throw new TokenizerError(`Split behavior ${JSON.stringify(behavior)} is not supported`);
-  }
+  if (behavior === "MergedWithNext") out.reverse();
+  return out.filter(([start, end]) => end > start).map(([start, end]) => text.slice(start, end));
 }
 
+const BEHAVIORS = ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"];
 const WORD_CHAR = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
 const WHITESPACE_WORDS = new RegExp(`[${WORD_CHAR}]+|[^${WORD_CHAR}\\p{White_Space}]+`, "gu");
 
-/** A function string -> string[] for a `pre_tokenizer` entry (null: the whole text). */
-export function buildPreTokenizer(spec) {
+/** tokenizers' prepend_scheme of a Metaspace entry ("always", "first" or "never"). */
+function prependScheme(spec) {
+  if (spec.add_prefix_space === false) return "never";
+  const scheme = spec.prepend_scheme ?? "always";
+  if (!["always", "first", "never"].includes(scheme)) {
+    throw new TokenizerError(`Metaspace prepend_scheme ${JSON.stringify(scheme)} is not supported`);
+  }
+  return scheme;
+}
+
+/** A function (string, atStart) -> string[] for a `pre_tokenizer` entry (null: the whole
+ * text); atStart: the text begins at the input's first character. `normalized`: the file has
+ * a normalizer (which may move the text's start away from the input's, for Metaspace). */
+export function buildPreTokenizer(spec, nested = false, normalized = false) {
   if (spec === null || spec === undefined) return (s) => (s.length ? [s] : []);
   switch (spec.type) {
     case "Sequence": {
-      const steps = spec.pretokenizers.map(buildPreTokenizer);
-      return (s) => steps.reduce((pieces, f) => pieces.flatMap(f), [s]);
+      const steps = spec.pretokenizers.map((step) => buildPreTokenizer(step, true));
+      return (s) => steps.reduce((pieces, f) => pieces.flatMap((p) => f(p)), [s]);
     }
     case "Split": {
       const re = patternRegex(spec.pattern, "Split pre-tokenizer");
-      return (s) => splitBy(s, re, spec.behavior, Boolean(spec.invert)).filter((p) => p.length);
+      if (!BEHAVIORS.includes(spec.behavior)) {
+        const behavior = JSON.stringify(spec.behavior);
+        throw new TokenizerError(`Split behavior ${behavior} is not supported`);
+      }
+      const flip = Boolean(spec.invert);
+      return (s) => {
+        const matches = findMatches(re, s).map(([a, b, isMatch]) => [a, b, isMatch !== flip]);
+        return splitPieces(s, matches, spec.behavior);
+      };
     }
     case "WhitespaceSplit":
       return (s) => s.split(/\p{White_Space}+/u).filter((p) => p.length);
     case "Whitespace":
       // tokenizers' \w+|[^\w\s]+ with Unicode \w (JavaScript's \w is ASCII only).
       return (s) => s.match(WHITESPACE_WORDS) ?? [];
+    case "Metaspace": {
+      const rep = String(spec.replacement);
+      const scheme = prependScheme(spec);
+      if (scheme === "first" && (nested || normalized)) {
+        // tokenizers prepends where the piece's first character comes from the input's first,
+        // which needs its offset alignments through the normalizer and the Sequence.
+        throw new TokenizerError(
+          "Metaspace prepend_scheme first is supported alone, without a normalizer or a Sequence",
+        );
+      }
+      const split = spec.split ?? true;
+      return (s, atStart = false) => {
+        let t = s.replaceAll(" ", rep);
+        const prepend = scheme === "always" || (scheme === "first" && atStart);
+        if (prepend && t.length && !t.startsWith(rep)) t = rep + t;
+        if (!split) return t.length ? [t] : [];
+        const matches = [];
+        let prev = 0;
+        for (let i = t.indexOf(rep); i >= 0; i = t.indexOf(rep, i + rep.length)) {
+          if (i > prev) matches.push([prev, i, false]);
+          matches.push([i, i + rep.length, true]);
+          prev = i + rep.length;
+        }
+        if (prev < t.length) matches.push([prev, t.length, false]);
+        return splitPieces(t, matches, "MergedWithNext");
+      };
+    }
     default:
       throw new TokenizerError(
         `pre-tokenizer ${JSON.stringify(spec.type)} is not supported by the web runtime; ` +
-          "supported: Split, WhitespaceSplit, Whitespace, Sequence",
+          "supported: Split, WhitespaceSplit, Whitespace, Metaspace, Sequence",
       );
   }
 }
+
+/** A function string[] -> string[] for a `decoder` entry (tokenizers' decode_chain). */
+export function buildDecoder(spec) {
+  switch (spec.type) {
+    case "Sequence": {
+      const steps = spec.decoders.map(buildDecoder);
+      return (tokens) => steps.reduce((acc, f) => f(acc), tokens);
+    }
+    case "Fuse":
+      return (tokens) => [tokens.join("")];
+    case "Replace": {
+      const re = patternRegex(spec.pattern, "Replace decoder");
+      return (tokens) => tokens.map((t) => replaceMatches(re, t, spec.content));
+    }
+    case "Metaspace": {
+      // Every replacement becomes a space, except in the first token unless "never".
+      const rep = String(spec.replacement);
+      const never = prependScheme(spec) === "never";
+      return (tokens) => tokens.map((t, i) => t.replaceAll(rep, i === 0 && !never ? "" : " "));
+    }
+    case "Strip": {
+      const [content, start, stop] = [String(spec.content), spec.start ?? 0, spec.stop ?? 0];
+      return (tokens) =>
+        tokens.map((t) => {
+          const chars = Array.from(t);
+          let first = 0;
+          while (first < Math.min(start, chars.length) && chars[first] === content) first++;
+          let end = chars.length;
+          while (chars.length - end < stop && end > first && chars[end - 1] === content) end--;
+          return chars.slice(first, end).join("");
+        });
+    }
+    default:
+      throw new TokenizerError(
+        `decoder ${JSON.stringify(spec.type)} is not supported by the web runtime; ` +
+          "supported: Sequence, Replace, Metaspace, Fuse, Strip",
+      );
+  }
+}
+
+/** edgeseq's char and word vocabularies: one id per pre-token, `unk_token` when absent. */
+class WordLevel {
+  constructor(model) {
+    this.ids = new Map(Object.entries(model.vocab ?? {}));
+    this.tokens = [];
+    for (const [token, id] of this.ids) this.tokens[id] = token;
+    this.unkId = this.ids.get(model.unk_token ?? "<unk>");
+  }
+
+  tokenToId(token) {
+    return this.ids.get(token);
+  }
+
+  idToToken(id) {
+    return this.tokens[id];
+  }
+
+  tokenize(word) {
+    return [this.ids.get(word) ?? this.unkId];
+  }
+}
+
+const MODELS = { WordLevel, Unigram };
+const ESCAPE = /[.*+?^${}()|[\]\\/]/g;
 
 export class Tokenizer {
   /** Build from the parsed JSON of a tokenizer file written by edgeseq. */
   static fromJSON(data) {
     const model = data.model ?? {};
-    if (model.type !== "WordLevel") {
+    if (!Object.hasOwn(MODELS, model.type)) {
       throw new TokenizerError(
         `tokenizer model ${JSON.stringify(model.type)} is not supported by the web runtime; ` +
-          "only WordLevel vocabularies (edgeseq's char and word tokenizers) are",
+          "only WordLevel (edgeseq's char and word tokenizers) and Unigram (imported " +
+          "SentencePiece models such as MarianMT's) are",
       );
     }
-    const decoder = data.decoder ?? null;
-    if (decoder !== null && decoder.type !== "Fuse") {
-      throw new TokenizerError(`decoder ${JSON.stringify(decoder.type)} is not supported`);
-    }
-    return new Tokenizer(data, model.vocab, model.unk_token, decoder !== null);
+    return new Tokenizer(data, new MODELS[model.type](model));
   }
 
-  constructor(data, vocab, unkToken, fuse) {
-    this.vocab = new Map(Object.entries(vocab));
-    this.tokens = [];
-    for (const [token, id] of this.vocab) this.tokens[id] = token;
+  constructor(data, model) {
+    this.model = model;
+    this.normalize = buildNormalizer(data.normalizer);
+    this.preTokenize = buildPreTokenizer(data.pre_tokenizer, false, Boolean(data.normalizer));
+    this.decoder = data.decoder ? buildDecoder(data.decoder) : null;
+    this.addedIds = new Map(); // content -> id
+    this.addedTokens = new Map(); // id -> content
+    const raw = [];
+    const normalized = [];
+    for (const t of data.added_tokens ?? []) {
+      for (const flag of ["single_word", "lstrip", "rstrip"]) {
+        if (t[flag]) throw new TokenizerError(`added token option ${flag} is not supported`);
+      }
+      this.addedIds.set(t.content, t.id);
+      this.addedTokens.set(t.id, t.content);
+      if (t.normalized ?? !t.special) normalized.push([this.normalize(t.content), t.id]);
+      else raw.push([t.content, t.id]);
+    }
+    // Added tokens are matched in the raw text, or (normalized ones) in each normalised piece.
+    this.rawAdded = addedMatcher(raw);
+    this.normalizedAdded = addedMatcher(normalized);
     SPECIAL_TOKENS.forEach((token, id) => {
-      if (this.vocab.get(token) !== id) {
+      if (this.tokenToId(token) !== id) {
         throw new TokenizerError(`tokenizer must have ${token} at id ${id}; retrain it with edgeseq`);
       }
     });
-    // Added tokens (specials) are matched before normalisation, as tokenizers does.
-    this.added = (data.added_tokens ?? []).filter((t) => this.vocab.has(t.content));
-    this.normalize = buildNormalizer(data.normalizer);
-    this.preTokenize = buildPreTokenizer(data.pre_tokenizer);
-    this.unkId = this.vocab.get(unkToken ?? "<unk>");
-    this.fuse = fuse;
+    this.unkId = model.unkId;
     this.eosId = 2;
+  }
+
+  tokenToId(token) {
+    return this.addedIds.get(token) ?? this.model.tokenToId(token);
+  }
+
+  idToToken(id) {
+    return this.addedTokens.get(id) ?? this.model.idToToken(id);
   }
 
   /** Token ids of `text`, no special tokens added; unknown symbols become <unk>. */
   encode(text) {
     const ids = [];
-    for (const [piece, isAdded] of this.splitAdded(text)) {
-      if (isAdded) {
-        ids.push(this.vocab.get(piece));
-        continue;
-      }
-      for (const word of this.preTokenize(this.normalize(piece))) {
-        ids.push(this.vocab.get(word) ?? this.unkId);
-      }
-    }
+    splitAdded(text, this.rawAdded).forEach(([piece, addedId], i) => {
+      if (addedId !== null) return void ids.push(addedId);
+      splitAdded(this.normalize(piece), this.normalizedAdded).forEach(([part, partId], j) => {
+        if (partId !== null) return void ids.push(partId);
+        for (const word of this.preTokenize(part, i === 0 && j === 0)) {
+          for (const id of this.model.tokenize(word)) ids.push(id);
+        }
+      });
+    });
     return ids;
   }
 
-  /** Pieces of `text`: [string, true] for an added token written out, else [string, false]. */
-  splitAdded(text) {
-    if (!this.added.length) return [[text, false]];
-    const escaped = this.added
-      .map((t) => t.content)
-      .sort((a, b) => b.length - a.length)
-      .map((s) => s.replace(/[.*+?^${}()|[\]\\]/g, "\\$&"));
-    const re = new RegExp(escaped.join("|"), "gu");
-    const out = [];
-    let last = 0;
-    for (const m of text.matchAll(re)) {
-      if (m.index > last) out.push([text.slice(last, m.index), false]);
-      out.push([m[0], true]);
-      last = m.index + m[0].length;
-    }
-    if (last < text.length) out.push([text.slice(last), false]);
-    return out;
-  }
-
-  /** Text of `ids`: stops at </s>, drops the special tokens, joins (Fuse) or spaces. */
+  /** Text of `ids`: stops at </s>, drops the special tokens, then the file's decoder (none:
+   * tokens joined with spaces). */
   decode(ids) {
     const kept = [];
     for (const id of ids) {
       if (id === this.eosId) break;
-      if (id >= SPECIAL_TOKENS.length) kept.push(this.tokens[id]);
+      const token = id >= SPECIAL_TOKENS.length ? this.idToToken(id) : undefined;
+      if (token !== undefined) kept.push(token);
     }
-    return kept.join(this.fuse ? "" : " ");
+    return this.decoder ? this.decoder(kept).join("") : kept.join(" ");
   }
+}
+
+/** A regex finding the leftmost-longest of `tokens` ([content, id]), or null for none. */
+function addedMatcher(tokens) {
+  const present = tokens.filter(([content]) => content.length);
+  if (!present.length) return null;
+  const ids = new Map(present);
+  const alternatives = [...ids.keys()].sort((a, b) => b.length - a.length);
+  const re = new RegExp(alternatives.map((s) => s.replace(ESCAPE, "\\$&")).join("|"), "gu");
+  return { re, ids };
+}
+
+/** Pieces of `text`, [string, id] for an added token written out, else [string, null]. */
+function splitAdded(text, matcher) {
+  if (!text.length) return [];
+  if (matcher === null) return [[text, null]];
+  const out = [];
+  let last = 0;
+  for (const m of text.matchAll(matcher.re)) {
+    if (m.index > last) out.push([text.slice(last, m.index), null]);
+    out.push([m[0], matcher.ids.get(m[0])]);
+    last = m.index + m[0].length;
+  }
+  if (last < text.length) out.push([text.slice(last), null]);
+  return out;
 }
 
 // -- vocabulary fingerprints (runtime/vocabulary.py, docs/bundle.md) -------------------------
