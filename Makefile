@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ray lint format clean node-example edge builtin-model wheel
+.PHONY: demo test test-ray lint format clean node-example edge builtin-model wheel bench-marian
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -56,6 +56,19 @@ builtin-model: $(STAMP)
 wheel: $(STAMP)
 	$(BIN)/pip wheel -q --no-deps --no-build-isolation -w dist .
 	$(BIN)/python -c "import setuptools.build_meta as b; b.build_sdist('dist')"
+
+# edgeseq next to transformers, Optimum and CTranslate2 on an opus-mt-sized MarianMT built
+# here (docs/bench.md, "edgeseq vs what users run today"). Not part of `test`: ~40 min on 2
+# cores. Optimum runs in its own venv (optimum-onnx 0.1 pins transformers 4.57); the
+# checkpoint and every export stay in runs/vs-optimum for the next run.
+OPTIMUM_VENV := .venv-optimum
+$(OPTIMUM_VENV)/bin/python:
+	$(PY) -m venv $(OPTIMUM_VENV)
+	$(OPTIMUM_VENV)/bin/pip install -q torch==2.13.0 optimum-onnx==0.1.0 optimum==2.1.0 \
+		transformers==4.57.6 onnxruntime==1.31.1 sentencepiece==0.2.3
+bench-marian: $(STAMP) $(OPTIMUM_VENV)/bin/python
+	$(BIN)/python benchmarks/vs_optimum.py runs/vs-optimum --inputs 64 --passes 3 \
+		--json runs/vs-optimum/report.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
