@@ -24,7 +24,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q -m "not ray"
+	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus"
 
 # The Ray Serve test: ray is a large install and a local cluster takes ~30 s to start.
 test-ray: $(STAMP)
@@ -58,7 +58,7 @@ wheel: $(STAMP)
 	$(BIN)/python -c "import setuptools.build_meta as b; b.build_sdist('dist')"
 
 # edgeseq next to transformers, Optimum and CTranslate2 on an opus-mt-sized MarianMT built
-# here (docs/bench.md, "edgeseq vs what users run today"). Not part of `test`: ~40 min on 2
+# here (docs/bench.md, "edgeseq vs what users run today"). Not part of `test`: ~30 min on 2
 # cores. Optimum runs in its own venv (optimum-onnx 0.1 pins transformers 4.57); the
 # checkpoint and every export stay in runs/vs-optimum for the next run.
 OPTIMUM_VENV := .venv-optimum
