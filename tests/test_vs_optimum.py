@@ -184,7 +184,7 @@ def test_opus_sized_export_passes_parity_against_marian(tmp_path) -> None:
     subprocess.run([*command, "--inputs", "24"], check=True, capture_output=True)
     parity = json.loads((bundle / "manifest.json").read_text())["parity"]
     assert parity["passed"] and parity["source"]["passed"]
-    config = json.loads((bundle / "config.json").read_text())
+    config = json.loads((bundle / "config.json").read_text())["model"]
     vocab = json.loads((marian / "vocab.json").read_text(encoding="utf-8"))
     assert 32000 <= len(vocab) <= 58101 and config["tgt_vocab_size"] == len(vocab) + 1
     assert (config["d_model"], config["n_heads"], config["d_ff"]) == (512, 8, 2048)
