@@ -21,7 +21,6 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import check_writable
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
-from edgeseq.runtime.manifest import check_files, read_manifest
 
 from .bundle import refuse_existing
 from .heldout import HeldOut, heldout_from_file, heldout_sources
@@ -136,17 +135,12 @@ def verify_bundle(
     Raises BundleError for a tampered bundle or one exported from another model, and
     ParityError (carrying the report) when a level fails."""
     say = progress or (lambda _: None)
-    manifest = read_manifest(bundle)
-    if manifest.get("kind") in ("gpt", "bert"):  # one graph: checksums, then its parity
-        check_files(bundle, manifest)
-        bundle, bundle_cfg = Path(bundle), None
-    else:  # the runtime's checks: manifest, checksums, config, tokenizers
-        loaded = load_bundle(bundle)
-        bundle, manifest, bundle_cfg = loaded.path, loaded.manifest, loaded.config
+    loaded = load_bundle(bundle)  # the runtime's checks: manifest, checksums, config, vocabularies
+    bundle, manifest, bundle_cfg = loaded.path, loaded.manifest, loaded.config
     say(f"checksums of {len(manifest['files'])} files match {C.MANIFEST_FILE}")
     loaded_source = _load(checkpoint, say, source)
     model, tokenizers = loaded_source.model, loaded_source.tokenizers
-    if bundle_cfg is not None and bundle_cfg != model.cfg:
+    if bundle_cfg != model.cfg:
         raise BundleError(
             f"{bundle} was exported from a model with another config than {checkpoint}; "
             "pass the checkpoint it was exported from"
