@@ -7,9 +7,10 @@
 MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weight model
 (seed 0; its sources are random ids). The script
 
-1. exports MODEL to an edgeseq bundle with fp32 and int8 graphs (`export_bundle`, the same
-   export and quantization as `edgeseq export --variants fp32,int8`, without the parity
-   run) in a temporary directory, or uses `--bundle` (exported from the same model);
+1. exports MODEL to an edgeseq bundle with fp32, int8 and one-graph search graphs
+   (`export_bundle`, the same export and quantization as `edgeseq export --variants
+   fp32,int8,search`, without the parity run) in a temporary directory, or uses `--bundle`
+   (exported from the same model);
 2. converts MODEL to a CTranslate2 model (`ct2_convert.py`), loaded as float32 and int8;
 3. takes `--words` distinct sources: the test split of the checkpoint's task when it can be
    loaded (g2p: CMUdict test words), else random ids; sorts them by length and cuts them
@@ -19,18 +20,27 @@ MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weigh
    ties: where it differs, both engines' teacher-forced log-probabilities of edgeseq's
    output must be within 1e-3 at every token (random weights give near-tied logits); else
    the script stops, the conversion is wrong. The others' agreement is reported;
-5. times `--passes` passes. In each pass, every cell (search x batch size) runs each engine
-   once over all batches, in an order rotated by one engine per pass and per cell, so a
-   load that changes during the run (a shared machine) does not favour one engine.
+5. times `--passes` passes per alternation pattern (`--patterns`). "pass": in each pass,
+   every cell (search x batch size) runs each engine once over all batches, in an order
+   rotated by one engine per pass and per cell, so a load that changes during the run (a
+   shared machine) does not favour one engine. "batch": the engines take turns batch by
+   batch, in a random order per batch, as a server holding several models or a process
+   doing other work between calls sees them.
+
+Engines (`vs_ctranslate2_engines.py`): "edgeseq fp32" and "edgeseq int8" are
+`Generator.generate` on texts as a user calls it (search "auto", default session options,
+`--threads`); the report lists the path (one-graph search or loop) it took per cell.
+"edgeseq fp32 loop" / "int8 loop" are the two-graph loop (`runtime.search` on `OrtStep`);
+`--graph` adds generate with search "graph".
 
 Reported per cell: tokens/s of each engine relative to CTranslate2 fp32 *of the same pass*,
 median over passes, with the lowest and highest per-pass ratio (the spread). Tokens are
 each input's generated ids plus one for `</s>` when it ended (CTranslate2: when it stopped
 before max_len). Every engine uses `--threads` intra-op threads (default 1) and one
-inter-op thread; edgeseq runs `runtime.search` on `OrtStep` (onnxruntime, graph
-optimization "all"), PyTorch eager the same search on `TorchStep` (with the KV cache,
-measured for greedy only), CTranslate2 its `Translator.translate_batch` (beam search with
-length penalty 1, like edgeseq's default). Prints markdown; `--json` writes every number.
+inter-op thread; onnxruntime runs with graph optimization "all"; PyTorch eager runs the
+search on `TorchStep` (with the KV cache, measured for greedy only), CTranslate2 its
+`Translator.translate_batch` (beam search with length penalty 1, like edgeseq's default).
+Prints markdown; `--json` writes every number.
 """
 
 from __future__ import annotations
@@ -47,10 +57,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from vs_ctranslate2_engines import Ct2Engine, GenerateEngine, SearchEngine, cut
 from vs_ctranslate2_report import REFERENCE, cpu_info, markdown
 
+__all__ = ["Ct2Engine", "GenerateEngine", "SearchEngine", "cut", "main", "measure"]
 TIE_GAP = 1e-3  # log-prob gap beyond which a differing output is not a near tie
-Outputs = list[tuple[int, ...]]  # generated ids (no <s>, no </s>) per source, in batch order
+SCORER = "edgeseq fp32 loop"  # scores edgeseq's outputs teacher-forced in `agreement`
+PATTERNS = ("pass", "batch")  # how engines alternate (`measure`)
 
 
 def task_sources(model: Any, tokenizers: Any, task: dict | None, n: int) -> tuple[list, str]:
@@ -94,89 +107,21 @@ def random_model(config_path: Path) -> tuple[Any, Any]:
     return Seq2SeqTransformer(cfg).eval(), TokenizerPair(source, target)
 
 
-class SearchEngine:
-    """edgeseq's search (`runtime.search`) over a step model: ORT graphs or PyTorch eager."""
-
-    def __init__(self, name: str, step: Any, pad_id: int) -> None:
-        self.name, self.step, self.pad_id = name, step, pad_id
-
-    def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
-        """Decode every batch (lists of source ids) -> outputs and generated tokens."""
-        from edgeseq.bench.timing import batches as padded
-        from edgeseq.runtime.search import GenerationOptions, search
-
-        options = GenerationOptions(beam_size=beam)
-        self.hypotheses = []  # the best Hypothesis of each source, kept for `agreement`
-        for batch in batches:
-            (src_ids,) = padded(batch, len(batch), self.pad_id)
-            self.hypotheses += [hyps[0] for hyps in search(self.step, src_ids, options)]
-        tokens = sum(len(h.tokens) + h.finished for h in self.hypotheses)
-        return [h.tokens for h in self.hypotheses], tokens
-
-    def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
-        """Teacher-forced log-probability of each of `tokens` after `source`: one decoder
-        step over `<s>` and tokens[:-1]."""
-        from edgeseq.runtime.search import log_softmax
-
-        state = self.step.start(np.array([source], dtype=np.int64))
-        ids = np.array([[self.step.bos_id, *tokens[:-1]]], dtype=np.int64)
-        logits, _ = self.step.step(state, ids)  # (1, N, V)
-        logprobs = log_softmax(logits[0])
-        return [float(logprobs[t, token]) for t, token in enumerate(tokens)]
-
-
-class Ct2Engine:
-    """A CTranslate2 Translator of the converted model at one compute type."""
-
-    def __init__(self, name: str, path: Path, compute_type: str, threads: int, cfg: Any) -> None:
-        import ctranslate2
-        from ct2_convert import ct2_vocabulary
-
-        self.name, self.max_len = name, cfg.max_len
-        self.translator = ctranslate2.Translator(
-            str(path), device="cpu", compute_type=compute_type, intra_threads=threads
-        )
-        self.src_vocab = ct2_vocabulary(cfg.src_vocab_size)
-        self.tgt_vocab = ct2_vocabulary(cfg.tgt_vocab_size)
-        self.tgt_index = {t: i for i, t in enumerate(self.tgt_vocab)}
-
-    def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
-        """Decode every batch -> outputs and generated tokens (see the module docstring)."""
-        outputs, tokens = [], 0
-        for batch in batches:
-            results = self.translator.translate_batch(
-                [[self.src_vocab[i] for i in ids] for ids in batch],
-                beam_size=beam,
-                max_decoding_length=self.max_len,
-            )
-            for result in results:
-                ids = tuple(self.tgt_index[t] for t in result.hypotheses[0])
-                outputs.append(ids)
-                tokens += len(ids) + (len(ids) < self.max_len)
-        return outputs, tokens
-
-    def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
-        """Teacher-forced log-probability of each of `tokens` after `source` (Translator
-        .score_batch; at most max_len - 1 tokens, as it appends `</s>`)."""
-        (scored,) = self.translator.score_batch(
-            [[self.src_vocab[i] for i in source]], [[self.tgt_vocab[i] for i in tokens]]
-        )
-        return list(scored.log_probs[: len(tokens)])
-
-
-def cut(sources: Sequence[list[int]], size: int) -> list[list[list[int]]]:
-    """Sources sorted by length (stable), in batches of `size`."""
-    ordered = sorted(sources, key=len)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
-
-
 def measure(
-    engines: list, sources: list, batch_sizes: Sequence[int], beams: Sequence[int], passes: int
+    engines: list,
+    sources: list,
+    batch_sizes: Sequence[int],
+    beams: Sequence[int],
+    passes: int,
+    pattern: str = "pass",
 ) -> dict[str, Any]:
     """Interleaved passes (module docstring, step 5) -> per cell, per engine: tokens/s of
-    every pass and the per-pass ratios to REFERENCE."""
+    every pass and the per-pass ratios to REFERENCE. `pattern` "pass": each engine decodes
+    all of a cell's batches in turn; "batch": the engines take turns batch by batch, in a
+    random order per batch (seeded), each engine's time summed over its batches."""
     cells = [(beam, size) for beam in beams for size in batch_sizes]
     rates: dict[tuple, dict[str, list[float]]] = {cell: {} for cell in cells}
+    rng = np.random.default_rng(0)
     for beam, size in cells:  # warm-up: the first two batches of each cell, untimed
         for engine in engines:
             if beam == 1 or engine.name != "pytorch eager":
@@ -185,13 +130,24 @@ def measure(
         for position, (beam, size) in enumerate(cells):
             batches = cut(sources, size)
             here = [e for e in engines if beam == 1 or e.name != "pytorch eager"]
-            shift = (index + position) % len(here)
-            for engine in here[shift:] + here[:shift]:
+            seconds = dict.fromkeys((e.name for e in here), 0.0)
+            tokens = dict.fromkeys(seconds, 0)
+            if pattern == "pass":
+                shift = (index + position) % len(here)
+                turns = [(engine, batches) for engine in here[shift:] + here[:shift]]
+            else:
+                turns = [(here[i], [b]) for b in batches for i in rng.permutation(len(here))]
+            for engine, work in turns:
                 start = time.perf_counter()
-                _, tokens = engine.run(batches, beam)
-                seconds = time.perf_counter() - start
-                rates[beam, size].setdefault(engine.name, []).append(tokens / seconds)
-            print(f"pass {index + 1}/{passes}: beam {beam}, batch {size}", file=sys.stderr)
+                _, count = engine.run(work, beam)
+                seconds[engine.name] += time.perf_counter() - start
+                tokens[engine.name] += count
+            for name, spent in seconds.items():
+                rates[beam, size].setdefault(name, []).append(tokens[name] / spent)
+            print(
+                f"{pattern} pattern, pass {index + 1}/{passes}: beam {beam}, batch {size}",
+                file=sys.stderr,
+            )
     out: dict[str, Any] = {}
     for (beam, size), by_engine in rates.items():
         reference = by_engine[REFERENCE]
@@ -205,8 +161,13 @@ def measure(
                 "ratio_min": min(ratio),
                 "ratio_max": max(ratio),
             }
-        out[f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {size}"] = cell
+        out[cell_name(beam, size)] = cell
     return out
+
+
+def cell_name(beam: int, size: int) -> str:
+    """A cell's key in the report: "greedy, batch 1", "beam 4, batch 32"."""
+    return f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {size}"
 
 
 def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, Any]]:
@@ -229,7 +190,7 @@ def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, An
         gaps = [0.0]
         for i in differ:
             tokens = reference[i][: by_name[REFERENCE].max_len - 1]
-            ours = by_name["edgeseq fp32"].token_logprobs(ordered[i], tokens)
+            ours = by_name.get(SCORER, by_name["edgeseq fp32"]).token_logprobs(ordered[i], tokens)
             theirs = by_name[REFERENCE].token_logprobs(ordered[i], tokens)
             gaps += [abs(a - b) for a, b in zip(ours, theirs, strict=True)]
         result[REFERENCE]["tie_gap"] = max(gaps)
@@ -244,6 +205,13 @@ def _sizes(text: str) -> tuple[int, ...]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f"expected positive integers like 1,32, got {text!r}")
     return values
+
+
+def _patterns(text: str) -> tuple[str, ...]:
+    names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not names or any(n not in PATTERNS for n in names):
+        raise argparse.ArgumentTypeError(f"expected some of {','.join(PATTERNS)}, got {text!r}")
+    return names
 
 
 def _positive(text: str) -> int:
@@ -282,6 +250,18 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=_positive, default=1, help="intra-op threads per engine (default 1)"
     )
+    parser.add_argument(
+        "--patterns",
+        type=_patterns,
+        default=PATTERNS,
+        help="how engines alternate: pass (each decodes a whole cell in turn), batch (they "
+        "take turns batch by batch, random order); comma-separated (default pass,batch)",
+    )
+    parser.add_argument(
+        "--graph",
+        action="store_true",
+        help="also time generate with search 'graph' (the one-graph variant) per precision",
+    )
     parser.add_argument("--json", type=Path, help="write every number (per pass) to this JSON file")
     return parser.parse_args(argv)
 
@@ -300,6 +280,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     from edgeseq.export.variants import VariantOptions
     from edgeseq.runtime.bundle import load_bundle
     from edgeseq.runtime.errors import EdgeseqError
+    from edgeseq.runtime.generator import Generator
     from edgeseq.runtime.kinds.seq2seq import OrtStep
     from edgeseq.runtime.providers import open_sessions
 
@@ -314,9 +295,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cfg = model.cfg
     bundle_dir = args.bundle
     if bundle_dir is None:
-        print("exporting the edgeseq bundle (fp32, int8)", file=sys.stderr)
+        print("exporting the edgeseq bundle (fp32, int8, search)", file=sys.stderr)
         bundle_dir = workdir / "bundle"
-        variants = VariantOptions(names=("fp32", "int8"))
+        variants = VariantOptions(names=("fp32", "int8", "search"))
         export_bundle(model, tokenizers, bundle_dir, task=task, verify=False, variants=variants)
     bundle = load_bundle(bundle_dir)
     if bundle.config != cfg or "int8" not in bundle.variants:
@@ -325,15 +306,21 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
             "export one with `edgeseq export --variants fp32,int8` or leave out --bundle"
         )
     ct2_dir = convert_to_ctranslate2(model, workdir / "ct2")
+    sources, described = task_sources(model, tokenizers, task, args.words)
     engines: list = [SearchEngine("pytorch eager", TorchStep(model), cfg.pad_id)]
     for variant in ("fp32", "int8"):
+        # the user's path: generate with default options (search "auto")
+        generator = Generator.load(bundle_dir, "cpu", args.threads, variant)
+        engines.append(GenerateEngine(f"edgeseq {variant}", generator, sources))
         encoder, decoder, _ = open_sessions(*bundle.graphs(variant), "cpu", args.threads)
         step = OrtStep(encoder, decoder, cfg)
-        engines.append(SearchEngine(f"edgeseq {variant}", step, cfg.pad_id))
+        engines.append(SearchEngine(f"edgeseq {variant} loop", step, cfg.pad_id))
+        if args.graph and generator.graph_search is not None:
+            graph = Generator.load(bundle_dir, "cpu", args.threads, variant, search="graph")
+            engines.append(GenerateEngine(f"edgeseq {variant} graph", graph, sources))
     for compute_type in ("float32", "int8"):
         name = f"ctranslate2 {'fp32' if compute_type == 'float32' else compute_type}"
         engines.append(Ct2Engine(name, ct2_dir, compute_type, args.threads, cfg))
-    sources, described = task_sources(model, tokenizers, task, args.words)
     machine = cpu_info()
     with torch.inference_mode():
         agree = agreement(engines, sources, max(args.batch_sizes))
@@ -344,7 +331,17 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
                 f"{ct2['of']} sources (first: #{ct2['first_difference']}), and scores edgeseq's "
                 f"outputs {ct2['tie_gap']:.1e} per token apart: the conversion is wrong"
             )
-        cells = measure(engines, sources, args.batch_sizes, args.beams, args.passes)
+        patterns = {
+            pattern: measure(engines, sources, args.batch_sizes, args.beams, args.passes, pattern)
+            for pattern in args.patterns
+        }
+    paths = {
+        f"{engine.name}: {cell_name(*cell)}": sorted(taken)
+        for engine in engines
+        if isinstance(engine, GenerateEngine)
+        for cell, taken in engine.paths.items()
+        if cell[1] in args.batch_sizes
+    }
     machine["loadavg_after"] = list(os.getloadavg())
     return {
         "model": str(args.model),
@@ -355,7 +352,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "engines": [e.name for e in engines],
         "reference": REFERENCE,
         "agreement": agree,
-        "cells": cells,
+        "cells": patterns[args.patterns[0]],
+        "patterns": patterns,
+        "generate_paths": paths,
         "machine": machine,
         "versions": {
             "edgeseq": edgeseq_version(),

@@ -19,7 +19,12 @@ from typing import Any
 import numpy as np
 
 REFERENCE = "ctranslate2 fp32"  # every ratio is relative to this engine in the same pass
-PAIRS = (("edgeseq int8", "ctranslate2 int8"), ("edgeseq fp32", "pytorch eager"))
+PAIRS = (
+    ("edgeseq int8", "ctranslate2 int8"),
+    ("edgeseq int8 loop", "ctranslate2 int8"),
+    ("edgeseq int8 graph", "ctranslate2 int8"),
+    ("edgeseq fp32", "pytorch eager"),
+)
 
 
 def pair_ratio(cell: dict[str, Any], engine: str, other: str) -> str:
@@ -50,36 +55,25 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
+PATTERN_TITLES = {
+    "pass": "engines in turn, a whole cell each",
+    "batch": "engines alternating batch by batch, random order",
+}
+
+
 def markdown(report: dict[str, Any]) -> str:
-    """The report as markdown: one table per search, agreement, machine and versions."""
+    """The report as markdown: per alternation pattern, one table per search; the path
+    `generate` took per cell, agreement, machine and versions."""
     lines = []
-    searches = sorted({key.split(", ")[0] for key in report["cells"]}, key=lambda s: s != "greedy")
-    sizes = list(dict.fromkeys(key.split(", ")[1] for key in report["cells"]))
-    for search_name in searches:
-        lines += ["", f"{search_name} (tokens/s relative to {REFERENCE} of the same pass; "
-                  "median of passes, lowest-highest pass in brackets):", ""]  # fmt: skip
-        lines.append("| engine | " + " | ".join(sizes) + " |")
-        lines.append("|---|" + "--:|" * len(sizes))
-        for name in report["engines"]:
-            if all(name not in report["cells"][f"{search_name}, {s}"] for s in sizes):
-                continue
-            row = []
-            for size in sizes:
-                cell = report["cells"][f"{search_name}, {size}"].get(name)
-                row.append(
-                    "" if cell is None
-                    else f"{cell['ratio']:.2f}× ({cell['ratio_min']:.2f}–{cell['ratio_max']:.2f})"
-                )  # fmt: skip
-            lines.append(f"| {name} | " + " | ".join(row) + " |")
-        cells = [report["cells"][f"{search_name}, {s}"] for s in sizes]
-        for engine, other in PAIRS:
-            row = [pair_ratio(cell, engine, other) for cell in cells]
-            if any(row):
-                lines.append(f"| *{engine} / {other}* | " + " | ".join(row) + " |")
-        ref = [cell[REFERENCE]["tokens_per_s"] for cell in cells]
-        lines.append(
-            f"| ({REFERENCE} tokens/s) | " + " | ".join(f"{np.median(r):,.0f}" for r in ref) + " |"
-        )
+    patterns = report.get("patterns") or {"pass": report["cells"]}
+    for pattern, cells in patterns.items():
+        if len(patterns) > 1:
+            lines += ["", f"### {PATTERN_TITLES.get(pattern, pattern)}"]
+        lines += cell_tables(report["engines"], cells)
+    paths = report.get("generate_paths") or {}
+    if paths:
+        lines += ["", "path `generate` took (search auto unless named):"]
+        lines += [f"- {key}: {', '.join(taken)}" for key, taken in paths.items()]
     lines += ["", f"greedy ids equal to edgeseq fp32 ({report['sources']}):"]
     for name, a in report["agreement"].items():
         gap = f" (the others are near ties: {a['tie_gap']:.1e} per token)" if "tie_gap" in a else ""
@@ -93,6 +87,38 @@ def markdown(report: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in versions.items()),
     ]
     return "\n".join(lines).lstrip("\n")
+
+
+def cell_tables(engines: list[str], all_cells: dict[str, Any]) -> list[str]:
+    """Markdown lines: one table per search (greedy first), a column per batch size."""
+    lines = []
+    searches = sorted({key.split(", ")[0] for key in all_cells}, key=lambda s: s != "greedy")
+    sizes = list(dict.fromkeys(key.split(", ")[1] for key in all_cells))
+    for search_name in searches:
+        lines += ["", f"{search_name} (tokens/s relative to {REFERENCE} of the same pass; "
+                  "median of passes, lowest-highest pass in brackets):", ""]  # fmt: skip
+        lines.append("| engine | " + " | ".join(sizes) + " |")
+        lines.append("|---|" + "--:|" * len(sizes))
+        cells = [all_cells[f"{search_name}, {s}"] for s in sizes]
+        for name in engines:
+            if all(name not in cell for cell in cells):
+                continue
+            row = [
+                "" if name not in cell
+                else f"{cell[name]['ratio']:.2f}× ({cell[name]['ratio_min']:.2f}–"
+                f"{cell[name]['ratio_max']:.2f})"
+                for cell in cells
+            ]  # fmt: skip
+            lines.append(f"| {name} | " + " | ".join(row) + " |")
+        for engine, other in PAIRS:
+            row = [pair_ratio(cell, engine, other) for cell in cells]
+            if any(row):
+                lines.append(f"| *{engine} / {other}* | " + " | ".join(row) + " |")
+        ref = [cell[REFERENCE]["tokens_per_s"] for cell in cells]
+        lines.append(
+            f"| ({REFERENCE} tokens/s) | " + " | ".join(f"{np.median(r):,.0f}" for r in ref) + " |"
+        )
+    return lines
 
 
 if __name__ == "__main__":

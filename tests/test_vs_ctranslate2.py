@@ -107,8 +107,17 @@ def test_script_reports_every_engine_and_cell(checkpoint, tmp_path, capsys) -> N
     printed = capsys.readouterr().out
     assert "| edgeseq int8 |" in printed and "beam 2 (tokens/s relative to" in printed
     assert printed.index("greedy (") < printed.index("beam 2 (")
-    assert printed.count("| *edgeseq int8 / ctranslate2 int8* |") == 2
-    assert printed.count("| *edgeseq fp32 / pytorch eager* |") == 1  # greedy only
+    assert printed.count("| *edgeseq int8 / ctranslate2 int8* |") == 4  # 2 searches x 2 patterns
+    assert printed.count("| *edgeseq fp32 / pytorch eager* |") == 2  # greedy only
+    assert sorted(report["patterns"]) == ["batch", "pass"]
+    assert report["cells"] == report["patterns"]["pass"]
+    for pattern in report["patterns"].values():
+        assert set(pattern["greedy, batch 3"]) == set(report["engines"])
+    # generate (the user's path) and the two-graph loop of each precision; the bundle the
+    # script exports has the search variant, which search "auto" takes in every cell today
+    assert {"edgeseq fp32", "edgeseq fp32 loop", "edgeseq int8 loop"} <= set(report["engines"])
+    assert report["generate_paths"]["edgeseq fp32: beam 2, batch 3"] == ["graph"]
+    assert "path `generate` took" in printed
 
 
 def test_script_refuses_a_missing_model_in_one_line(tmp_path, capsys) -> None:
@@ -119,7 +128,8 @@ def test_script_refuses_a_missing_model_in_one_line(tmp_path, capsys) -> None:
 
 
 def test_script_refuses_bad_bounds() -> None:
-    for bad in (["--passes", "0"], ["--words", "-3"], ["--batch-sizes", "1,x"]):
+    bad_options = (["--passes", "0"], ["--words", "-3"], ["--batch-sizes", "1,x"])
+    for bad in (*bad_options, ["--patterns", "step"], ["--patterns", ","]):
         with pytest.raises(SystemExit, match="2"):
             vs_ctranslate2.parse_args(["models/g2p-en", *bad])
 
