@@ -87,7 +87,7 @@ class GenerateEngine:
         outputs, tokens = [], 0
         for batch in batches:
             options = GenerationOptions(beam_size=beam, batch_size=len(batch))
-            path = "graph" if self.generator.uses_graph(options) else "loop"
+            path = "graph" if self.generator.uses_graph(options, len(batch)) else "loop"
             self.paths.setdefault((beam, len(batch)), set()).add(path)
             for result in self.generator.generate([self.texts[tuple(s)] for s in batch], options):
                 outputs.append(tuple(result.token_ids))

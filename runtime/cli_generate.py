@@ -219,7 +219,8 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     default="auto",
     show_default=True,
     help="auto: greedy and beam search run in the bundle's one-graph search variant when "
-    "it has one (one onnxruntime call per batch), else in the Python loop; graph: insist on "
+    "it has one (one onnxruntime call per batch) and a batch holds at most 8 hypotheses "
+    "(inputs x beam), else in the Python loop; graph: insist on "
     "the variant; loop: always the Python loop. Sampling and --stream use the loop.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")

@@ -34,7 +34,12 @@ import numpy as np
 from .bundle import Bundle, load_bundle
 from .config import ModelConfig
 from .errors import InputTooLongError, OptionsError
-from .graph_search import SEARCH_MODES, GraphSearch, unsupported_reason
+from .graph_search import (
+    AUTO_GRAPH_MAX_HYPOTHESES,
+    SEARCH_MODES,
+    GraphSearch,
+    unsupported_reason,
+)
 from .kinds import generator_class
 from .padding import right_pad
 from .providers import Providers, check_providers
@@ -127,16 +132,22 @@ class Generator:
         """Open `bundle`'s graphs as `how` says, for this kind (each kind overrides it)."""
         raise NotImplementedError(f"{cls.__name__} does not open bundles; use Generator.load")
 
-    def uses_graph(self, options: GenerationOptions) -> bool:
-        """Whether `generate` runs `options` in the one-graph variant: with search "auto"
-        or "graph", when it is loaded and supports the options (no sampling). Search "graph"
-        with options it cannot run raises OptionsError."""
+    def uses_graph(self, options: GenerationOptions, rows: int | None = None) -> bool:
+        """Whether `generate` runs an engine batch of `rows` inputs (default
+        options.batch_size) in the one-graph variant: with search "graph" whenever it is
+        loaded and supports the options (no sampling); with "auto" also only while rows x
+        beam_size <= AUTO_GRAPH_MAX_HYPOTHESES (larger batches run on the loop, which drops
+        finished inputs: docs/bench.md). Search "graph" with options it cannot run raises
+        OptionsError."""
         if self.graph_search is None or self.search_mode == "loop":
             return False
         reason = unsupported_reason(options)
         if reason is not None and self.search_mode == "graph":
             raise OptionsError(f"search 'graph' cannot run these options: {reason}; use 'auto'")
-        return reason is None
+        if reason is not None:
+            return False
+        held = (options.batch_size if rows is None else rows) * options.beam_size
+        return self.search_mode == "graph" or held <= AUTO_GRAPH_MAX_HYPOTHESES
 
     @property
     def config(self) -> ModelConfig:
@@ -204,7 +215,7 @@ class Generator:
                 sources.append(self.encode(text, options.truncate))
             except InputTooLongError as exc:
                 raise InputTooLongError(f"input {index}: {exc}") from None
-        graph = self.graph_search if self.uses_graph(options) else None
+        self.uses_graph(options)  # search "graph" refuses options it cannot run, up front
         results = [Result.skipped_result(s) if s.skipped else None for s in sources]
         for start in range(0, len(sources), options.batch_size):
             group = range(start, min(start + options.batch_size, len(sources)))
@@ -213,6 +224,7 @@ class Generator:
                 continue
             batch = [sources[i] for i in rows]
             rngs = row_rngs(options, [s.sample_key for s in batch]) if options.sample else None
+            graph = self.graph_search if self.uses_graph(options, len(rows)) else None
             hyps, unsure = graph.run(self._padded(batch), options) if graph else (None, [])
             if hyps is None or (any(unsure) and self.search_mode == "auto"):
                 # the loop's answer where the graph's could differ (graph_search.may_differ)

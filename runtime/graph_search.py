@@ -40,6 +40,12 @@ from .search import (
 )
 
 SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` takes
+# Search "auto" runs an engine batch in the graph only up to this many hypotheses (inputs x
+# beam_size). The operator keeps every row until the whole batch is done and copies the whole
+# cache each step, where the loop drops finished inputs; per step it saves the Python loop's
+# fixed cost. Measured (benchmarks/vs_ctranslate2.py --graph, g2p-en, 1 thread): the graph is
+# faster at 1-8 hypotheses, level or slower at 16 and beyond, fp32 and int8 (docs/bench.md).
+AUTO_GRAPH_MAX_HYPOTHESES = 8
 
 
 def search_file(bundle: Bundle, precision: str) -> Path | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ from edgeseq.export.report import search_parity_rows
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import BundleError, OptionsError, ParityError
 from edgeseq.runtime.generator import Generator
+from edgeseq.runtime.graph_search import AUTO_GRAPH_MAX_HYPOTHESES
 from edgeseq.runtime.search import GenerationOptions, search
 
 TEXTS = ["abc", "j", "hgfedcba", "aaaaaaaaaaaaaaaaaaa", "bad", "cafebabe", "", "abcdefghij"]
@@ -88,6 +90,8 @@ def test_plain_session_reproduces_the_loop_on_a_right_padded_batch(
 def test_generator_graph_path_equals_the_loop(
     graph_gen: Generator, loop_gen: Generator, options: GenerationOptions
 ) -> None:
+    # engine batches small enough for search "auto" to take the graph
+    options = replace(options, batch_size=max(1, AUTO_GRAPH_MAX_HYPOTHESES // options.beam_size))
     assert graph_gen.uses_graph(options) and not loop_gen.uses_graph(options)
     graph, loop = graph_gen.generate(TEXTS, options), loop_gen.generate(TEXTS, options)
     for g, lp in zip(graph, loop, strict=True):
@@ -97,6 +101,32 @@ def test_generator_graph_path_equals_the_loop(
         assert g.logprob == pytest.approx(lp.logprob, abs=1e-4)
     if options.max_new_tokens == 3:
         assert any(not c.finished for r in graph for c in r.nbest)  # the case is exercised
+
+
+def test_auto_takes_the_graph_for_small_engine_batches_only(
+    search_bundle: Path, graph_gen: Generator, loop_gen: Generator, monkeypatch
+) -> None:
+    strict = Generator.load(search_bundle, providers="cpu", threads=1, search="graph")
+    limit = AUTO_GRAPH_MAX_HYPOTHESES
+    for beam in (1, 4):
+        options = GenerationOptions(beam_size=beam)
+        assert graph_gen.uses_graph(options, limit // beam)
+        assert not graph_gen.uses_graph(options, limit // beam + 1)
+        assert strict.uses_graph(options, 32) and not loop_gen.uses_graph(options, 1)
+    calls = []
+
+    def graph_run(src_ids, options):
+        calls.append(src_ids.shape[0])
+        raise RuntimeError("the graph ran")
+
+    monkeypatch.setattr(graph_gen.graph_search, "run", graph_run)
+    six = TEXTS[:6]  # no empty text: every engine batch has batch_size inputs
+    options = GenerationOptions(beam_size=4, batch_size=3)  # 12 hypotheses: the loop
+    assert _lists(graph_gen.generate(six, options)) == _lists(loop_gen.generate(six, options))
+    assert calls == []
+    with pytest.raises(RuntimeError, match="the graph ran"):  # 2 x 4 = 8: the graph
+        graph_gen.generate(six, replace(options, batch_size=2))
+    assert calls == [2]
 
 
 def test_ort_format_search_graph_equals_the_loop(search_bundle: Path) -> None:
