@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ray lint format clean node-example edge builtin-model wheel bench-marian
+.PHONY: demo test test-ray lint format clean node-example edge builtin-model wheel bench-marian docker-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -69,6 +69,13 @@ $(OPTIMUM_VENV)/bin/python:
 bench-marian: $(STAMP) $(OPTIMUM_VENV)/bin/python
 	$(BIN)/python benchmarks/vs_optimum.py runs/vs-optimum --inputs 64 --passes 3 \
 		--json runs/vs-optimum/report.json
+
+# deploy/Dockerfile built and run (docs/serve.md, "Docker"): the image serves an exported
+# g2p-en bundle on 127.0.0.1; /health, outputs equal to offline generate, no torch, uid
+# 10001, exit 0 on SIGTERM. Not part of `test`: needs root and podman (apt-get installs it);
+# builds a stand-in python:3.11-slim with debootstrap when podman has none (no registry).
+docker-check: $(STAMP)
+	bash deploy/docker_check.sh
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
