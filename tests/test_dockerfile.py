@@ -1,6 +1,7 @@
-"""deploy/Dockerfile (issue 28) cannot be built here (no registry for base images), so it is
-linted: a CPU Python base, only the runtime + `serve` extra installed (no torch), a non-root
-user, a health check on /health, `edgeseq serve` on the exposed port, SIGTERM to stop."""
+"""deploy/Dockerfile (issue 28), linted in the fast suite: a CPU Python base, only the runtime +
+`serve` extra installed (no torch), a non-root user, a health check on /health, `edgeseq serve`
+on the exposed port, SIGTERM to stop. `make docker-check` (deploy/docker_check.sh, outside
+`make test`: podman, minutes) builds the image and runs the server from it."""
 
 from __future__ import annotations
 
