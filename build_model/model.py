@@ -304,16 +304,24 @@ class Seq2SeqTransformer(nn.Module):
         cross_v: Sequence[Tensor],
         src_keep: Tensor,
         tgt_keep: Tensor | None = None,
+        position_ids: Tensor | None = None,
     ) -> tuple[Tensor, Cache, Cache]:
         """One incremental step. K/V come as one tensor per decoder layer (L of each).
 
-        input_ids (B, N) int64 at positions P..P+N-1, past_k/past_v (B, H, P, dh) each,
+        input_ids (B, N) int64 at cache slots P..P+N-1, past_k/past_v (B, H, P, dh) each,
         cross_k/cross_v (B, H, S, dh) each, src_keep (B, S) bool, optional tgt_keep (B, P+N)
-        bool hiding padded target positions -> logits (B, N, V), present_k/v: L-tuples of
-        (B, H, P+N, dh).
+        bool hiding cache slots (padding, or slots of no use to a row), optional position_ids
+        (B, N) int64 rows of the positional table (default: positions P..P+N-1, the slots)
+        -> logits (B, N, V), present_k/v: L-tuples of (B, H, P+N, dh). Slot j is visible
+        from new slot i when j <= i and tgt_keep[:, j]; with both options, rows of one batch
+        can be at different positions (continuous batching: export/steps_graph.py).
         """
         past_len, new_len = past_k[0].shape[2], input_ids.shape[1]
-        x = self.dropout(self.tgt_pos(self.tgt_embed(input_ids), offset=past_len))
+        embedded = self.tgt_embed(input_ids)
+        if position_ids is None:
+            x = self.dropout(self.tgt_pos(embedded, offset=past_len))
+        else:
+            x = self.dropout(self.tgt_pos.at(embedded, position_ids))
         q_pos = torch.arange(new_len, device=input_ids.device) + past_len  # (N,)
         k_pos = torch.arange(past_len + new_len, device=input_ids.device)  # (P+N,)
         self_keep = (k_pos[None, :] <= q_pos[:, None])[None, None]  # (1, 1, N, P+N)

@@ -38,7 +38,9 @@ from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_enco
 from .search_parity import build_search_variant, check_search_parity
 from .source_parity import check_source_parity, source_parity
 from .sources import SourceReference
-from .variants import SEARCH_VARIANT, VariantOptions, build_variants
+from .steps_graph import build_steps_variant
+from .steps_parity import check_steps_parity
+from .variants import SEARCH_VARIANT, STEPS_VARIANT, VariantOptions, build_variants
 from .verify import check_parity, open_engine, random_sources, run_parity
 
 # Oldest onnxruntime able to load a graph of this IR version / default-domain opset
@@ -267,6 +269,17 @@ def _write_into(
         max_new_tokens=max_new_tokens,
         progress=say,
     )
+    steps = None
+    if STEPS_VARIANT in variants.names:
+        say("variant steps: a decoder for step batching (rows at different positions)")
+        steps, group = build_steps_variant(
+            directory, model, table, sources=held.sources if verify and held else None,
+            opset=opset, fuse=fuse, metadata=metadata, progress=say,
+        )  # fmt: skip
+        if group is not None:
+            parity["steps"] = group
+            parity["passed"] = parity["passed"] and group["passed"]
+            check_steps_parity(parity)
     search = None
     if SEARCH_VARIANT in variants.names:
         say("variant search: one BeamSearch graph per precision")
@@ -286,6 +299,7 @@ def _write_into(
     )
     extra: dict[str, Any] = {MANIFEST_KEY: vocabulary}
     extra |= {"search": search} if search is not None else {}
+    extra |= {"steps": steps} if steps is not None else {}
     return write_manifest(
         directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
     )

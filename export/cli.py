@@ -84,7 +84,8 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     default="fp32",
     show_default=True,
     help="Comma-separated graph variants: fp32 (always), int8, fp16, ort, search (the "
-    "one-graph BeamSearch variant, for fp32 and for int8 when exported).",
+    "one-graph BeamSearch variant, for fp32 and for int8 when exported), steps (a decoder "
+    "for edgeseq serve's step batching, for fp32 and for int8 when exported).",
 )
 @click.option(
     "--max-metric-drop",

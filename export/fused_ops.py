@@ -1,7 +1,8 @@
-"""Two attention operators that export as onnxruntime's `com.microsoft` `MultiHeadAttention`.
+"""Three attention operators that export as onnxruntime's `com.microsoft` `MultiHeadAttention`.
 
     out, present_k, present_v = cached_self_attention(q, k, v, past_k, past_v, n_heads)
     out = padded_attention(q, k, v, keep, n_heads)
+    out, present_k, present_v = masked_self_attention(q, k, v, past_k, past_v, keep, n_heads)
 
 Each is a `torch.library` custom op: in PyTorch it runs a reference implementation (the same
 arithmetic as `build_model.model.MultiHeadAttention.attend`), and `TRANSLATIONS` maps it to
@@ -65,6 +66,30 @@ def _(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor, n_heads: 
     return q.new_empty(q.shape), q.new_empty((b, h, total, dh)), q.new_empty((b, h, total, dh))
 
 
+@torch.library.custom_op("edgeseq::masked_self_attention", mutates_args=())
+def masked_self_attention(
+    q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor, n_heads: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """`cached_self_attention` with a key mask over the cache slots and the new tokens.
+
+    keep (B, P+N) int32, 1 at slots a row may attend to (the causal rule still applies) ->
+    out (B, N, D), present_k/present_v (B, H, P+N, dh)."""
+    keys = torch.cat([past_k, _split(k, n_heads)], dim=2)
+    values = torch.cat([past_v, _split(v, n_heads)], dim=2)
+    past, new = past_k.shape[2], q.shape[1]
+    q_pos = torch.arange(new, device=q.device) + past
+    causal = torch.arange(past + new, device=q.device)[None, :] <= q_pos[:, None]  # (N, P+N)
+    mask = causal[None, None] & keep.bool()[:, None, None, :]  # (B, 1, N, P+N)
+    return _attend(_split(q, n_heads), keys, values, mask), keys, values
+
+
+@masked_self_attention.register_fake
+def _(q: Tensor, k: Tensor, v: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor, n_heads: int):
+    b, h, p, dh = past_k.shape
+    total = p + q.shape[1]
+    return q.new_empty(q.shape), q.new_empty((b, h, total, dh)), q.new_empty((b, h, total, dh))
+
+
 @torch.library.custom_op("edgeseq::padded_attention", mutates_args=())
 def padded_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, n_heads: int) -> Tensor:
     """Attention over keys some of which are padding.
@@ -103,6 +128,28 @@ def _cached_self_attention_onnx(
 
 
 @onnxscript.script(MS, default_opset=op)
+def _masked_self_attention_onnx(
+    q: FLOAT, k: FLOAT, v: FLOAT, past_k: FLOAT, past_v: FLOAT, keep: INT32, n_heads: int
+) -> tuple[FLOAT, FLOAT, FLOAT]:
+    """ONNX translation of `masked_self_attention`: one MultiHeadAttention node, causal, with
+    a key padding mask of past + new length (onnxruntime's CPU kernel takes it with a cache)."""
+    out, present_k, present_v = MS.MultiHeadAttention(
+        q,
+        k,
+        v,
+        None,
+        keep,
+        None,
+        past_k,
+        past_v,
+        num_heads=n_heads,
+        unidirectional=1,
+        mask_filter_value=-1e30,
+    )
+    return out, present_k, present_v
+
+
+@onnxscript.script(MS, default_opset=op)
 def _padded_attention_onnx(q: FLOAT, k: FLOAT, v: FLOAT, keep: INT32, n_heads: int) -> FLOAT:
     """ONNX translation of `padded_attention`: one MultiHeadAttention node with a key
     padding mask (4-D k/v are taken as already split into heads)."""
@@ -113,4 +160,5 @@ def _padded_attention_onnx(q: FLOAT, k: FLOAT, v: FLOAT, keep: INT32, n_heads: i
 TRANSLATIONS = {
     torch.ops.edgeseq.cached_self_attention.default: _cached_self_attention_onnx,
     torch.ops.edgeseq.padded_attention.default: _padded_attention_onnx,
+    torch.ops.edgeseq.masked_self_attention.default: _masked_self_attention_onnx,
 }

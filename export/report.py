@@ -71,6 +71,7 @@ def format_parity(report: dict[str, Any]) -> str:
         check = f"identical beam-{beam['beam_size']} best hypotheses (first {beam['inputs']})"
         rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
     rows += search_parity_rows(report.get("search"))
+    rows += steps_parity_rows(report.get("steps"))
     rows += source_parity_rows(report.get("source"))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
@@ -212,6 +213,20 @@ def search_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
         if "drop_points" in entry:
             value = f"{entry['fp32']:.2%} -> {entry[precision]:.2%}"
             rows.append(("4", f"{precision} search {entry['metric']} vs fp32", value, "report"))
+    return rows
+
+
+def steps_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """Rows (level, check, value, result) of a parity report's "steps" group: the step-batching
+    decoder on rows at different positions vs decoder.onnx row by row (fp32 gated)."""
+    rows = []
+    for precision in C.STEPS_FILES if group else ():
+        entry = group.get(precision) if group else None
+        if not entry:
+            continue
+        check = f"{precision} steps decoder: {entry['rows']} rows at different positions = alone"
+        result = ("ok" if entry["passed"] else "FAIL") if precision == "fp32" else "report"
+        rows.append(("2", check, f"{entry['max_abs_diff']:.1e}", result))
     return rows
 
 

@@ -11,8 +11,7 @@ itself), and the metric's drop in percentage points. A drop above `max_metric_dr
 the gate: int8 is then quantized again with whole layer groups kept in fp32, one more group
 per round, keeping the group whose exclusion helps most, until it passes (greedy forward
 search); when nothing passes, or another variant fails, `GateError` carries the table of
-what was tried. The schema of the entries is in docs/export.md ("The `variants` table of
-manifest.json").
+what was tried. Schema of the entries: docs/export.md ("The `variants` table of manifest.json").
 """
 
 from __future__ import annotations
@@ -42,7 +41,8 @@ from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, qua
 from .verify import LEVEL3_BATCH, open_engine
 
 SEARCH_VARIANT = "search"  # one BeamSearch graph per precision: export/search_parity.py
-VARIANT_NAMES = ("fp32", "int8", "fp16", "ort", SEARCH_VARIANT)
+STEPS_VARIANT = "steps"  # a decoder for step batching per precision: export/steps_graph.py
+VARIANT_NAMES = ("fp32", "int8", "fp16", "ort", SEARCH_VARIANT, STEPS_VARIANT)
 GRAPH_FILES = {
     "fp32": (C.ENCODER_FILE, C.DECODER_FILE),
     "int8": ("encoder.int8.onnx", "decoder.int8.onnx"),
@@ -360,7 +360,7 @@ def build_variants(
         table["fp32"]["metric"] = ref.metric
         table["fp32"]["scores"] = {k: round(v, 6) for k, v in ref.scores.items()}
     for name in options.names[1:]:
-        if name == SEARCH_VARIANT:  # not a graph pair: built after the others
+        if name in (SEARCH_VARIANT, STEPS_VARIANT):  # not graph pairs: built after the others
             continue
         say(f"variant {name}")
         if name == "int8":

@@ -190,13 +190,15 @@ def load_bundle(path: str | Path) -> Bundle:
 def _graph_files(
     path: Path, variants: dict[str, tuple[Path, ...]], manifest: dict[str, Any], listed: set[str]
 ) -> list[Path]:
-    """Every graph file of the bundle: each variant's, and the listed one-graph search files."""
+    """Every graph file of the bundle: each variant's, and the listed one-graph search and
+    step-batching decoder files."""
     graphs = {p for files in variants.values() for p in files}
-    search = manifest.get("search")
-    for entry in search.values() if isinstance(search, dict) else ():
-        name = entry.get("file") if isinstance(entry, dict) else None
-        if isinstance(name, str) and name in listed:
-            graphs.add(check_inside(path, name))
+    for key in ("search", "steps"):
+        extra = manifest.get(key)
+        for entry in extra.values() if isinstance(extra, dict) else ():
+            name = entry.get("file") if isinstance(entry, dict) else None
+            if isinstance(name, str) and name in listed:
+                graphs.add(check_inside(path, name))
     return sorted(graphs)
 
 

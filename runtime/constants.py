@@ -144,3 +144,17 @@ def gpt_outputs(n_layers: int) -> tuple[str, ...]:
 
 BERT_INPUTS = (INPUT_IDS, ATTENTION_MASK)  # both int64 [batch, sequence_length]
 BERT_OUTPUTS = (LAST_HIDDEN_STATE, LOGITS)
+
+
+# Step-batching variant (optional, `--variants ...,steps`; docs/bundle.md): another decoder-step
+# graph with the inputs of `decoder.onnx` plus per-row positions and a self-attention key
+# mask, so that the rows of one batch can be at different positions (continuous batching).
+STEPS_FILES = {"fp32": "decoder.steps.onnx", "int8": "decoder.steps.int8.onnx"}
+TGT_MASK = "tgt_mask"  # bool [batch, past_len + new_len], True at cache slots a row may attend to
+STEPS_TOTAL_LEN = f"{PAST_LEN} + {NEW_LEN}"  # the mask's axis, as decoder.onnx names `present_*`'s
+# POSITION_IDS: int64 [batch, new_len], the positional table rows of the new tokens
+
+
+def steps_decoder_inputs(n_layers: int) -> tuple[str, ...]:
+    """decoder_inputs, then position_ids and tgt_mask."""
+    return (*decoder_inputs(n_layers), POSITION_IDS, TGT_MASK)

@@ -271,3 +271,31 @@ def gpt_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def bert_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A BERT classifier trained 40 steps on `stress`, exported with int8."""
     return train_and_export_lm("stress", tmp_path_factory.mktemp("bert"))
+
+
+# -- step batching (issue 38 item 4): the decoder for rows at different positions -------------
+@pytest.fixture(scope="session")
+def steps_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runtime_model exported with the fp32, int8 and steps variants, with parity (levels 1-3
+    and the steps group) on 24 random sources and no int8 gate limit."""
+    import torch
+
+    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.heldout import HeldOut
+    from edgeseq.export.variants import VariantOptions
+    from edgeseq.export.verify import random_sources
+
+    bundle = tmp_path_factory.mktemp("steps") / "reverse-steps"
+    held = HeldOut(random_sources(runtime_model.model, 24), None, "random sources")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        export_bundle(
+            runtime_model.model, runtime_model.tokenizers, bundle, held=held,
+            task={"name": "reverse", "options": {}},
+            variants=VariantOptions(("fp32", "int8", "steps"), max_metric_drop=100.0,
+                                    speed_inputs=4),
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    return bundle

@@ -12,6 +12,7 @@ kind was built on; this module is its entry in the registry.
 | parity levels 1-3 | export/parity_graphs.py, export/verify.py |
 | int8/fp16/ORT variants and their gates | export/variants.py, export/quantize.py |
 | one-graph BeamSearch variant | export/search_graph.py, export/search_parity.py |
+| step-batching decoder variant | export/steps_graph.py, export/steps_parity.py |
 | the bundle | export/bundle.py |
 """
 
@@ -30,6 +31,7 @@ from ..heldout import HeldOut
 from ..search_parity import check_search_parity, search_parity_group
 from ..source_parity import check_source_parity, source_parity
 from ..sources import SourceReference
+from ..steps_parity import check_steps_parity, steps_parity_group
 from ..verify import check_parity, open_engine, run_parity
 
 NAME = "encoder-decoder"
@@ -47,7 +49,7 @@ def verify(
 ) -> dict[str, Any]:
     """Parity levels 1-3 of the bundle's fp32 graphs against `model`, the group against the
     source model when `reference` is given (an imported model), and the search variant's
-    group when the bundle has one; ParityError when a level fails."""
+    group and the steps decoder's when the bundle has them; ParityError when a level fails."""
     say = progress or (lambda _: None)
     variant = manifest["variants"]["fp32"]
     engine = open_engine(bundle / variant["encoder"], bundle / variant["decoder"], model.cfg)
@@ -73,4 +75,9 @@ def verify(
         report["search"] = group
         report["passed"] = report["passed"] and group["passed"]
         check_search_parity(report)
+    steps = [p for p in C.STEPS_FILES if p in (manifest.get("steps") or {})]
+    if steps:  # the step-batching decoder: its parity group again
+        report["steps"] = steps_parity_group(bundle, model.cfg, steps, held.sources, say)
+        report["passed"] = report["passed"] and report["steps"]["passed"]
+        check_steps_parity(report)
     return report

@@ -1,0 +1,232 @@
+"""The step-batching variant: a decoder-step graph whose rows can be at different positions.
+
+    info = export_steps_decoder(model, "b/decoder.steps.onnx", fuse=True)
+    entry, group = build_steps_variant(directory, model, table, fuse=True, verify=True)
+    manifest["steps"] = entry           # files per precision, extra inputs (docs/bundle.md)
+    parity["steps"] = group             # export/steps_parity.py; None with --no-verify
+
+`decoder.onnx` derives every row's position from the cache length, so all rows of a batch
+must be at the same step. This graph (`decoder.steps.onnx`, and `decoder.steps.int8.onnx`
+when int8 is exported, quantized as `decoder.int8.onnx` was) takes the same inputs plus
+`position_ids` int64 [batch, new_len] (rows of the positional table) and `tgt_mask` bool
+[batch, past_len + new_len] (True at cache slots a row may attend to), so a server can add
+rows to a running batch at any step and drop them when done (runtime/serve/continuous.py).
+The outputs are decoder.onnx's. `bundle.md`'s decoder contract is unchanged: this graph is an
+extra file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import onnx
+import torch
+from torch import Tensor, nn
+from torch.export import Dim
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.config import ModelConfig
+
+from .fused_ops import masked_self_attention, padded_attention
+from .onnx_export import GraphInfo, _dims, _run, decoder_example, example_sizes
+from .quantize import PER_CHANNEL, REDUCE_RANGE, quantize_graph
+from .steps_parity import steps_parity_group
+from .variants import GRAPH_FILES
+from .wrappers import FusedLinear
+
+STEPS_PRECISIONS = tuple(C.STEPS_FILES)  # fp32, and int8 when the bundle has int8
+
+Progress = Callable[[str], None]
+
+
+class OnnxStepsDecoder(nn.Module):
+    """Decoder-step graph with per-row positions (standard ONNX operators only).
+
+    Inputs: those of `OnnxDecoderStep` (input_ids [B, N], past_k.i/past_v.i [B, H, P, dh],
+    cross_k.i/cross_v.i [B, H, S, dh], src_mask [B, S]), then
+        position_ids  int64 [B, N]    positional table rows of the new tokens
+        tgt_mask      bool  [B, P+N]  True at the cache slots (and new tokens) a row may see
+    Outputs: logits [B, N, V], present_k.i/present_v.i [B, H, P+N, dh], as `OnnxDecoderStep`.
+
+    New token i (slot P+i) sees slot j when j <= P+i and tgt_mask[:, j]; a masked slot's keys
+    and values are multiplied by zero weights, so they must be finite (zeros are).
+    """
+
+    def __init__(self, model: Seq2SeqTransformer) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        past_k: tuple[Tensor, ...],
+        past_v: tuple[Tensor, ...],
+        cross_k: tuple[Tensor, ...],
+        cross_v: tuple[Tensor, ...],
+        src_mask: Tensor,
+        position_ids: Tensor,
+        tgt_mask: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
+        logits, present_k, present_v = self.model.decode_step(
+            input_ids, past_k, past_v, cross_k, cross_v, src_mask, tgt_mask, position_ids
+        )
+        return (logits, *present_k, *present_v)
+
+
+class FusedStepsDecoder(nn.Module):
+    """`OnnxStepsDecoder`'s graph with `FusedDecoderStep`'s fused operators: one Q/K/V
+    projection and one `MultiHeadAttention` node per self-attention, whose key padding mask
+    is tgt_mask (onnxruntime's CPU kernel takes a mask of past + new length with a cache)."""
+
+    def __init__(self, model: Seq2SeqTransformer) -> None:
+        super().__init__()
+        self.model = model
+        attns = [layer.self_attn for layer in model.decoder_layers]
+        # Named as in FusedDecoderStep: int8 groups weights by module path (export/quantize.py).
+        self.decoder_layers = nn.ModuleList(FusedLinear(a.w_q, a.w_k, a.w_v) for a in attns)
+
+    def forward(
+        self,
+        input_ids: Tensor,
+        past_k: tuple[Tensor, ...],
+        past_v: tuple[Tensor, ...],
+        cross_k: tuple[Tensor, ...],
+        cross_v: tuple[Tensor, ...],
+        src_mask: Tensor,
+        position_ids: Tensor,
+        tgt_mask: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
+        model, cfg = self.model, self.model.cfg
+        src_keep, tgt_keep = src_mask.to(torch.int32), tgt_mask.to(torch.int32)  # (B, S), (B, P+N)
+        x = model.dropout(model.tgt_pos.at(model.tgt_embed(input_ids), position_ids))
+        present_k, present_v = [], []
+        for i, layer in enumerate(model.decoder_layers):
+            h = layer.sub_self.inner(x)
+            q, k, v = self.decoder_layers[i](h).split(cfg.d_model, dim=-1)
+            attn, k, v = masked_self_attention(q, k, v, past_k[i], past_v[i], tgt_keep, cfg.n_heads)
+            present_k.append(k)
+            present_v.append(v)
+            x = layer.sub_self.outer(x, layer.self_attn.w_o(attn))
+            q = layer.cross_attn.w_q(layer.sub_cross.inner(x))
+            attn = padded_attention(q, cross_k[i], cross_v[i], src_keep, cfg.n_heads)
+            x = layer.sub_cross.outer(x, layer.cross_attn.w_o(attn))
+            x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
+        if model.decoder_norm is not None:
+            x = model.decoder_norm(x)
+        return (model.output(x), *present_k, *present_v)
+
+
+def steps_example(cfg: ModelConfig) -> tuple[Any, ...]:
+    """decoder_example's inputs plus position_ids (rows at different positions) and a
+    tgt_mask with masked slots, every dynamic axis of size >= 2."""
+    sizes = example_sizes(cfg)
+    batch, past, new = sizes[C.BATCH], sizes[C.PAST_LEN], sizes[C.NEW_LEN]
+    offsets = torch.arange(batch)[:, None] % (cfg.max_len - past - new + 1)  # (B, 1)
+    positions = torch.arange(new)[None, :] + past - offsets  # (B, N), >= 0
+    tgt_mask = torch.ones(batch, past + new, dtype=torch.bool)
+    tgt_mask[1:, :1] = False
+    return (*decoder_example(cfg), positions.clamp(min=0), tgt_mask)
+
+
+def export_steps_decoder(
+    model: Seq2SeqTransformer,
+    path: str | Path,
+    opset: int | None = None,
+    fuse: bool = True,
+    metadata: dict[str, str] | None = None,
+) -> GraphInfo:
+    """Write the step-batching decoder graph to `path`: `FusedStepsDecoder` or, with
+    `fuse=False`, `OnnxStepsDecoder`; `metadata` as for `export_decoder`."""
+    cfg, dims = model.cfg, _dims(model.cfg)
+    batch, src_len, past_len = dims[C.BATCH], dims[C.SRC_LEN], dims[C.PAST_LEN]
+    layers = cfg.n_decoder_layers
+    cache = ({0: batch, 2: past_len},) * layers
+    cross = ({0: batch, 2: src_len},) * layers
+    dynamic = {  # keyed by the wrappers' forward parameter names
+        "input_ids": {0: batch, 1: dims[C.NEW_LEN]},
+        "past_k": cache,
+        "past_v": cache,
+        "cross_k": cross,
+        "cross_v": cross,
+        "src_mask": {0: batch, 1: src_len},
+        "position_ids": {0: batch, 1: dims[C.NEW_LEN]},
+        "tgt_mask": {0: batch, 1: Dim.AUTO},  # past_len + new_len: a sum, not a Dim
+    }
+    names = (C.steps_decoder_inputs(layers), C.decoder_outputs(layers))
+    module = FusedStepsDecoder(model) if fuse else OnnxStepsDecoder(model)
+    args = steps_example(cfg)
+    info = _run(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
+    _name_total_axis(Path(path), info)
+    return info
+
+
+def _name_total_axis(path: Path, info: GraphInfo) -> None:
+    """Name the past + new axis (tgt_mask's, the presents') as decoder.onnx names it: the
+    exporter writes the mask's as a fresh symbol."""
+    proto = onnx.load(str(path))
+    known = {C.BATCH, C.SRC_LEN, C.PAST_LEN, C.NEW_LEN, C.STEPS_TOTAL_LEN}
+    for value in (*proto.graph.input, *proto.graph.output):
+        for dim in value.type.tensor_type.shape.dim:
+            if dim.dim_param and dim.dim_param not in known:
+                dim.dim_param = C.STEPS_TOTAL_LEN
+    onnx.save_model(proto, str(path), save_as_external_data=False)
+    for spec in (*info.inputs, *info.outputs):
+        spec["shape"] = [d if not isinstance(d, str) or d in known else C.STEPS_TOTAL_LEN
+                         for d in spec["shape"]]  # fmt: skip
+    info.bytes = path.stat().st_size
+
+
+def _quantize_like_int8(source: Path, target: Path, int8_entry: dict[str, Any]) -> None:
+    """Quantize `source` to `target` with the settings (and fp32-kept layer groups) the int8
+    variant's decoder was quantized with."""
+    how = int8_entry.get("quantization") or {}
+    quantize_graph(
+        source,
+        target,
+        how.get("excluded_groups") or [],
+        quantize_all=bool(how.get("quantize_all", False)),
+        per_channel=bool(how.get("per_channel", PER_CHANNEL)),
+        reduce_range=bool(how.get("reduce_range", REDUCE_RANGE)),
+    )
+
+
+def build_steps_variant(
+    directory: Path,
+    model: Seq2SeqTransformer,
+    table: dict[str, dict[str, Any]],
+    *,
+    sources: list[list[int]] | None,
+    opset: int | None = None,
+    fuse: bool = True,
+    metadata: dict[str, str] | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Write the steps graph of fp32 (and int8 when `table` has it) into `directory`; return
+    its manifest entry and, with `sources` (None: --no-verify), the parity group."""
+    say = progress or (lambda _: None)
+    fp32 = directory / C.STEPS_FILES["fp32"]
+    info = export_steps_decoder(model, fp32, opset, fuse, metadata)
+    say(f"  {fp32.name}: {info.bytes / 1e6:.2f} MB in {info.seconds:.1f} s")
+    extra = [spec for spec in info.inputs if spec["name"] in (C.POSITION_IDS, C.TGT_MASK)]
+    entry: dict[str, Any] = {"fused": fuse, "inputs": extra}
+    precisions = [p for p in STEPS_PRECISIONS if p in table]
+    for precision in precisions:
+        path = directory / C.STEPS_FILES[precision]
+        if precision == "int8":
+            _quantize_like_int8(fp32, path, table["int8"])
+            say(
+                f"  {path.name}: {path.stat().st_size / 1e6:.2f} MB (quantized as the int8 decoder)"
+            )
+        entry[precision] = {
+            "file": path.name,
+            "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
+            "bytes": path.stat().st_size,
+        }
+    if sources is None:
+        return entry, None
+    return entry, steps_parity_group(directory, model.cfg, precisions, sources, say)
