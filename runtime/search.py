@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import InputTooLongError, OptionsError
+from .ranking import ranked
 from .step import StepModel
 
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
@@ -141,8 +142,9 @@ def normalized_score(logprob: float, length: int, length_penalty: float) -> floa
 def log_softmax(logits: np.ndarray) -> np.ndarray:
     """Row-wise log-softmax in float64: (B, V) -> (B, V)."""
     z = logits.astype(np.float64)
-    z = z - z.max(axis=-1, keepdims=True)
-    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    z -= z.max(axis=-1, keepdims=True)
+    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return z
 
 
 def check_source_length(model: StepModel, src_ids: np.ndarray) -> None:
@@ -262,17 +264,6 @@ def greedy_search(model: StepModel, src_ids: np.ndarray, max_new_tokens: int) ->
 
 
 # -- beam search --------------------------------------------------------------------------------
-def top_indices(values: np.ndarray, k: int) -> np.ndarray:
-    """Indices of the `k` largest of float (N,) `values`, largest first, ties by lower index:
-    `np.argsort(-values, kind="stable")[:k]` without sorting all N (a beam step ranks
-    beam x vocabulary candidates per input; a full sort was half of a beam search's time)."""
-    if k >= values.size:
-        return np.argsort(-values, kind="stable")[:k]
-    threshold = values[np.argpartition(-values, k - 1)[:k]].min()
-    index = np.flatnonzero(values >= threshold)  # ascending: ties keep index order
-    return index[np.argsort(-values[index], kind="stable")[:k]]
-
-
 def beam_search(
     model: StepModel,
     src_ids: np.ndarray,
@@ -303,33 +294,26 @@ def beam_search(
     budget = step_budget(model, max_new_tokens)
     for step in range(budget):
         logits, state = model.step(state, last)
-        candidates = row_logprob[:, None] + log_softmax(logits[:, -1])  # (R, V)
+        candidates = log_softmax(logits[:, -1])  # (R, V)
+        candidates += row_logprob[:, None]
         vocab = candidates.shape[1]
         keep_rows: list[int] = []
         keep_tokens: list[int] = []
         keep_logprob: list[float] = []
-        start = 0
-        while start < len(row_input):
+        for start, top, values in ranked(candidates, row_input, 2 * beam_size):
             item = row_input[start]
-            stop = start
-            while stop < len(row_input) and row_input[stop] == item:
-                stop += 1
-            flat = candidates[start:stop].ravel()
-            top = top_indices(flat, 2 * beam_size)
             first, alive = len(keep_rows), 0
-            for rank, index in enumerate(top):
-                row, token = start + int(index) // vocab, int(index) % vocab
+            for rank, (index, value) in enumerate(zip(top, values, strict=True)):
+                row, token = start + index // vocab, index % vocab
                 if token == model.eos_id:
                     if rank < beam_size:
                         length = len(row_tokens[row]) + 1
-                        score = normalized_score(flat[index], length, length_penalty)
-                        done[item].append(
-                            Hypothesis(tuple(row_tokens[row]), float(flat[index]), score, True)
-                        )
+                        score = normalized_score(value, length, length_penalty)
+                        done[item].append(Hypothesis(tuple(row_tokens[row]), value, score, True))
                     continue
                 keep_rows.append(row)
                 keep_tokens.append(token)
-                keep_logprob.append(float(flat[index]))
+                keep_logprob.append(value)
                 alive += 1
                 if alive == beam_size:
                     break
@@ -337,7 +321,6 @@ def beam_search(
             # compete as unfinished hypotheses (as in transformers and onnxruntime).
             if len(done[item]) >= beam_size and step < budget - 1:
                 del keep_rows[first:], keep_tokens[first:], keep_logprob[first:]
-            start = stop
         if not keep_rows:
             return _best(done, n_best)
         row_input = [row_input[r] for r in keep_rows]

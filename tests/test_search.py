@@ -222,7 +222,7 @@ def test_torch_beam_equals_naive_beam(runtime_model, one_torch_thread) -> None:
 
 
 def test_top_indices_is_a_stable_descending_argsort() -> None:
-    from edgeseq.runtime.search import top_indices
+    from edgeseq.runtime.ranking import top_indices
 
     rng = np.random.default_rng(0)
     for trial in range(500):
@@ -232,3 +232,33 @@ def test_top_indices_is_a_stable_descending_argsort() -> None:
             values[rng.integers(0, n, 3)] = -np.inf  # ties at -inf, as masked logits give
         want = np.argsort(-values, kind="stable")[:k]
         assert top_indices(values, k).tolist() == want.tolist(), (values, k)
+
+
+def test_ranking_every_input_at_once_equals_input_by_input() -> None:
+    """`ranked` over a beam step (all inputs with the same number of rows: one vectorised
+    ranking; uneven groups, ties at the k-th place, too few candidates: input by input)
+    gives each input exactly `top_indices` of its rows' candidates."""
+    from edgeseq.runtime.ranking import ranked, ranked_groups, top_indices
+
+    rng = np.random.default_rng(1)
+    vectorised = 0
+    for trial in range(300):
+        group, vocab = int(rng.integers(1, 5)), int(rng.integers(1, 12))
+        sizes = [group] * int(rng.integers(1, 6))
+        if trial % 5 == 0:
+            sizes[-1] = max(1, group - 1)  # uneven groups
+        row_input = [i for i, size in enumerate(sizes) for _ in range(size)]
+        shape = (len(row_input), vocab)
+        candidates = rng.integers(-4, 2, shape) if trial % 3 == 0 else rng.normal(size=shape)
+        candidates = candidates.astype(float)
+        k = int(rng.integers(1, 9))
+        got = list(ranked(candidates, row_input, k))
+        starts = [row_input.index(i) for i in range(len(sizes))]
+        assert [start for start, _, _ in got] == starts
+        for (start, top, values), size in zip(got, sizes, strict=True):
+            flat = candidates[start : start + size].ravel()
+            assert top == top_indices(flat, k).tolist()
+            assert values == flat[top].tolist()
+        even = len(set(sizes)) == 1
+        vectorised += even and ranked_groups(candidates, group, k) is not None
+    assert vectorised > 50  # the vectorised path is exercised

@@ -137,14 +137,14 @@ class OrtStep:
         rows = np.asarray(rows, dtype=np.int64)
         source_rows = state.source_rows[rows]
 
-        def take(arrays: Layers) -> Layers:
-            return tuple(np.ascontiguousarray(a[rows]) for a in arrays)
+        def take(arrays: Layers) -> Layers:  # np.take: a contiguous copy, faster than a[rows]
+            return tuple(np.take(a, rows, axis=0) for a in arrays)
 
         if np.array_equal(source_rows, state.source_rows):
             cross_k, cross_v, src_mask = state.cross_k, state.cross_v, state.src_mask
         else:
             cross_k, cross_v = take(state.cross_k), take(state.cross_v)
-            src_mask = np.ascontiguousarray(state.src_mask[rows])
+            src_mask = np.take(state.src_mask, rows, axis=0)
         return OrtState(
             cross_k, cross_v, src_mask, take(state.past_k), take(state.past_v), source_rows
         )
