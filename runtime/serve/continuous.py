@@ -1,0 +1,349 @@
+"""Step batching (continuous batching) of greedy requests: rows join the running batch at the
+next decoder step and leave it the step they finish, answered at once.
+
+    steps = StepsDecoder.open(generator)                 # the bundle's decoder.steps.onnx
+    batcher = StepBatcher(generator, steps, BatchSettings(max_batch=32, max_wait_ms=5))
+    batcher.start()
+    future = batcher.submit(["hello", "world"], GenerationOptions(), timeout_s=30)
+    future.result()            # list[Result], one per text, in order: generate's answer
+    batcher.close()            # runs what is queued and in flight, then stops the thread
+
+One thread runs the loop: take the queued requests that fit (up to `max_batch` rows in
+flight; a request's inputs join together, in arrival order; when nothing is in flight the
+first request waits up to `max_wait_ms` for others), run the encoder once on the inputs that
+join, add them to the live batch (runtime/serve/live_batch.py), run one decoder step for
+every row, choose each row's arg-max token, and answer every request whose last row ended
+(`</s>` or its token budget). Each row keeps its own position, budget (`max_new_tokens`) and
+score, so requests with different greedy options share the batch, and a row's tokens and
+score are those `Generator.generate` gives it (fp32; int8 quantizes activations over the
+batch, as whole-request batching does). Beam search and sampling stay on the whole-request
+`Batcher`: `SplitBatcher` routes each request to the one that runs it.
+
+A request still queued past its deadline is dropped unrun; rows of a request past its
+deadline leave the batch (the server has answered 504). If a step fails, every request in
+flight is run again alone with `generate`, so only the failing one gets the error.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import EdgeseqError, OptionsError
+from ..generator import Generator, Result
+from ..results import Candidate, Source
+from ..search import GenerationOptions, log_softmax, normalized_score, step_budget
+from .batcher import (
+    Batcher,
+    BatchSettings,
+    QueueFullError,
+    RequestTimeoutError,
+    ShuttingDownError,
+    run_merged,
+)
+from .live_batch import LiveBatch, StepsDecoder
+
+BATCHING_MODES = ("auto", "step", "request")
+# (rows in the step, inputs that joined, tokens chosen, seconds) after every decoder step
+OnStep = Callable[[int, int, int, float], None]
+
+
+def steps_decoder(generator: Generator, batching: str) -> StepsDecoder | None:
+    """The steps decoder that `batching` ("auto", "step", "request") asks for: "auto" opens it
+    when the bundle has one for the served variant; "step" insists (OptionsError otherwise)."""
+    if batching not in BATCHING_MODES:
+        raise OptionsError(f"unknown batching {batching!r}; choose one of {BATCHING_MODES}")
+    steps = None if batching == "request" else StepsDecoder.open(generator)
+    if steps is None and batching == "step":
+        raise OptionsError(
+            f"{generator.bundle.path} has no step-batching decoder for variant "
+            f"{generator.variant!r}; export one with edgeseq export CHECKPOINT --out BUNDLE "
+            "--variants fp32,int8,steps, or serve with --batching request"
+        )
+    return steps
+
+
+@dataclass(eq=False)
+class StepJob:
+    """One request: its inputs, options, deadline, and the results filled as rows end."""
+
+    texts: list[str]
+    options: GenerationOptions
+    deadline: float  # time.monotonic() after which it is dropped
+    arrived: float = field(default_factory=time.monotonic)
+    future: Future = field(default_factory=Future)
+    results: list[Result | None] = field(default_factory=list)
+    pending: int = 0  # rows not finished
+
+    def answer(self, index: int, result: Result) -> None:
+        """Fill input `index`'s result; settle the future with the last one."""
+        self.results[index] = result
+        self.pending -= 1
+        if self.pending == 0 and not self.future.done():
+            self.future.set_result(list(self.results))
+
+
+@dataclass(eq=False)
+class Row:
+    """One input in flight: its request, index there, source, budget and tokens so far."""
+
+    job: StepJob
+    index: int
+    source: Source
+    budget: int  # decoder steps allowed
+    last: int  # the token fed next (<s> first)
+    tokens: list[int] = field(default_factory=list)
+    logprob: float = 0.0
+    steps: int = 0
+
+
+class StepBatcher:
+    """A bounded queue of greedy requests and the thread that runs them by decoder steps."""
+
+    def __init__(
+        self,
+        generator: Generator,
+        steps: StepsDecoder,
+        settings: BatchSettings | None = None,
+        on_step: OnStep | None = None,
+    ) -> None:
+        self.generator, self.steps = generator, steps
+        self.settings = settings or BatchSettings()
+        self.on_step = on_step
+        self._waiting: deque[StepJob] = deque()
+        self._queued_inputs = 0
+        self._cv = threading.Condition()
+        self._closing = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def queued_inputs(self) -> int:
+        """Inputs waiting to join the batch."""
+        return self._queued_inputs
+
+    def start(self) -> None:
+        """Start the thread that runs the batch."""
+        self._thread = threading.Thread(target=self._work, name="edgeseq-steps", daemon=True)
+        self._thread.start()
+
+    def submit(
+        self, texts: list[str], options: GenerationOptions, timeout_s: float, tokens: int = 0
+    ) -> Future:
+        """Queue a greedy request; its future gets list[Result] (one per text) or an
+        exception. Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
+        if options.method != "greedy":
+            raise OptionsError("step batching runs greedy requests; send this one to Batcher")
+        job = StepJob(list(texts), options, time.monotonic() + timeout_s)
+        with self._cv:
+            if self._closing:
+                raise ShuttingDownError("the server is shutting down; send the request elsewhere")
+            if len(texts) > self.settings.max_queue - self._queued_inputs:
+                raise QueueFullError(
+                    f"the queue is full ({self._queued_inputs} inputs waiting, at most "
+                    f"{self.settings.max_queue}); retry later"
+                )
+            self._waiting.append(job)
+            self._queued_inputs += len(texts)
+            self._cv.notify()
+        return job.future
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop taking requests, finish the queued and running ones, and join the thread."""
+        with self._cv:
+            self._closing = True
+            self._cv.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def warm_up(self, text: str) -> None:
+        """Run `text` through a batch of its own (the first runs of the steps graph allocate)."""
+        batch, row = LiveBatch(self.steps), self.generator.encode(text, truncate=True)
+        batch.update(np.zeros(0, np.int64), [row.ids])
+        batch.step(np.array([self.generator.config.bos_id]))
+
+    # -- the loop ---------------------------------------------------------------------------
+    def _work(self) -> None:
+        batch = LiveBatch(self.steps)
+        rows: list[Row] = []  # the batch's rows, in its order
+        live: list[int] = []  # indices of those not finished
+        while True:
+            jobs = self._take(len(live))
+            if jobs is None:
+                return
+            try:
+                rows, live = self._step(batch, rows, live, jobs)
+            except Exception:  # find the culprit: each request in flight alone
+                flight = list({id(rows[i].job): rows[i].job for i in live}.values())
+                self._run_alone(flight + [j for j in jobs if j not in flight])
+                batch, rows, live = LiveBatch(self.steps), [], []
+
+    def _take(self, in_flight: int) -> list[StepJob] | None:
+        """The queued jobs that join at this step (waiting for work, and up to max_wait_ms for
+        company when nothing is in flight); None once closing with nothing left."""
+        settings = self.settings
+        with self._cv:
+            if not in_flight:
+                free = time.monotonic()
+                while not self._waiting and not self._closing:
+                    self._cv.wait()
+                if not self._waiting:
+                    return None
+                until = max(self._waiting[0].arrived, free) + settings.max_wait_ms / 1000
+                while (left := until - time.monotonic()) > 0 and not self._closing:
+                    if sum(len(j.texts) for j in self._waiting) >= settings.max_batch:
+                        break
+                    self._cv.wait(left)
+            taken, room = [], settings.max_batch - in_flight
+            while self._waiting:
+                fits = len(self._waiting[0].texts) <= room
+                if not fits and (in_flight or taken):  # a larger request joins an empty batch
+                    break
+                job = self._waiting.popleft()
+                self._queued_inputs -= len(job.texts)
+                room -= len(job.texts)
+                if self._runnable(job):
+                    taken.append(job)
+        return taken
+
+    @staticmethod
+    def _runnable(job: StepJob) -> bool:
+        """Mark `job` running; False (and its future settled) if cancelled or past its deadline."""
+        if not job.future.set_running_or_notify_cancel():
+            return False
+        if time.monotonic() > job.deadline:
+            job.future.set_exception(RequestTimeoutError("timed out waiting in the queue"))
+            return False
+        return True
+
+    def _rows(self, job: StepJob) -> list[Row]:
+        """Rows of `job`'s inputs to run; skipped inputs are answered now (encoding errors
+        settle the job's future and give no rows)."""
+        gen, options = self.generator, job.options
+        try:
+            sources = [gen.encode(text, options.truncate) for text in job.texts]
+        except EdgeseqError as exc:
+            job.future.set_exception(exc)
+            return []
+        job.results = [Result.skipped_result(s) if s.skipped else None for s in sources]
+        budget = step_budget(gen.step_model, options.max_new_tokens)
+        rows = [
+            Row(job, i, s, budget, gen.config.bos_id)
+            for i, s in enumerate(sources)
+            if not s.skipped
+        ]
+        job.pending = len(rows)
+        if not rows:
+            job.future.set_result(list(job.results))
+        return rows
+
+    def _step(
+        self, batch: LiveBatch, rows: list[Row], live: list[int], jobs: list[StepJob]
+    ) -> tuple[list[Row], list[int]]:
+        """Drop the finished and late rows, admit `jobs`, run one decoder step, answer the
+        rows that end; return the batch's rows and the indices of those still live."""
+        now = time.monotonic()
+        late = {id(rows[i].job): rows[i].job for i in live if now > rows[i].job.deadline}
+        for job in late.values():
+            job.future.set_exception(RequestTimeoutError("no answer within the timeout"))
+        keep = [i for i in live if id(rows[i].job) not in late]
+        joining = [row for job in jobs for row in self._rows(job)]
+        started = time.perf_counter()
+        batch.update(np.array(keep, np.int64), [r.source.ids for r in joining])
+        rows = [rows[i] for i in keep] + joining
+        if not rows:
+            return rows, []
+        logits = batch.step(np.array([r.last for r in rows], np.int64))
+        chosen = logits.argmax(axis=-1)  # (B,) as choose_argmax
+        logprobs = log_softmax(logits)[np.arange(len(rows)), chosen]
+        seconds = time.perf_counter() - started
+        live = []
+        eos = self.generator.config.eos_id
+        for i, (row, token, lp) in enumerate(zip(rows, chosen.tolist(), logprobs, strict=True)):
+            row.logprob += lp
+            row.steps += 1
+            if token != eos:
+                row.tokens.append(token)
+                row.last = token
+            if token == eos or row.steps == row.budget:
+                row.job.answer(row.index, self._result(row, token == eos))
+            else:
+                live.append(i)
+        if self.on_step is not None:
+            self.on_step(len(rows), len(joining), len(rows), seconds)
+        return rows, live
+
+    def _result(self, row: Row, finished: bool) -> Result:
+        """The Result `generate` gives for this row's tokens (runtime/generator.py)."""
+        tokens, penalty = tuple(row.tokens), row.job.options.length_penalty
+        score = normalized_score(row.logprob, len(tokens) + finished, penalty)
+        text = self.generator.tokenizers.target.decode(tokens)
+        best = Candidate(text, tokens, score, float(row.logprob), finished)
+        return Result(text, tokens, score, float(row.logprob), finished, (best,), row.source)
+
+    def _run_alone(self, jobs: list[StepJob]) -> None:
+        """Answer each unanswered job with its own whole-request `generate` call."""
+        for job in jobs:
+            if job.future.done():
+                continue
+            outcome = run_merged(
+                self.generator, [(job.texts, job.options)], self.settings.max_batch
+            )[0]
+            if isinstance(outcome, Exception):
+                job.future.set_exception(outcome)
+            else:
+                job.future.set_result(outcome)
+
+
+class SplitBatcher:
+    """Greedy requests to a `StepBatcher`, the others to a `Batcher`, behind Batcher's
+    interface (`submit`, `start`, `close`, `queued_inputs`, `on_batch`)."""
+
+    def __init__(self, requests: Batcher, steps: StepBatcher) -> None:
+        self.requests, self.steps = requests, steps
+        self.settings = requests.settings
+
+    @property
+    def on_batch(self) -> Callable[[int, int, float], None] | None:
+        """The whole-request batcher's callback after each engine call."""
+        return self.requests.on_batch
+
+    @on_batch.setter
+    def on_batch(self, callback: Callable[[int, int, float], None] | None) -> None:
+        self.requests.on_batch = callback
+
+    @property
+    def queued_inputs(self) -> int:
+        """Inputs waiting in both queues."""
+        return self.requests.queued_inputs + self.steps.queued_inputs
+
+    def start(self) -> None:
+        """Start both batchers' threads."""
+        self.requests.start()
+        self.steps.start()
+
+    def submit(
+        self, texts: list[str], options: GenerationOptions, timeout_s: float, tokens: int = 0
+    ) -> Future:
+        """Queue a request with the batcher that runs it; QueueFullError when both queues
+        together cannot take `len(texts)` more inputs."""
+        waiting, limit = self.queued_inputs, self.settings.max_queue
+        if len(texts) > limit - waiting:
+            raise QueueFullError(
+                f"the queue is full ({waiting} inputs waiting, at most {limit}); retry later"
+            )
+        target = self.steps if options.method == "greedy" else self.requests
+        return target.submit(texts, options, timeout_s, tokens)
+
+    def close(self, timeout_s: float | None = None) -> None:
+        """Stop taking requests; run everything queued and in flight; join the threads."""
+        for batcher in (self.steps, self.requests):
+            with batcher._cv:  # both refuse new requests before either drains
+                batcher._closing = True
+        self.steps.close(timeout_s)
+        self.requests.close(timeout_s)

@@ -1,0 +1,190 @@
+"""Step batching (issue 38 item 4): greedy requests join the running batch at the next decoder
+step and leave it when done (runtime/serve/continuous.py, live_batch.py). Requests arriving
+at different times get what offline `Generator.generate` gives them (fp32: identical ids,
+scores within SCORE_TOLERANCE: the padded cache changes the order of float sums); the queue
+bound, the drain at close, timeouts and a failing step behave as with whole-request batching.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from edgeseq.runtime.errors import OptionsError
+from edgeseq.runtime.generator import Generator, Result
+from edgeseq.runtime.search import GenerationOptions
+from edgeseq.runtime.serve.batcher import (
+    BatchSettings,
+    QueueFullError,
+    RequestTimeoutError,
+    ShuttingDownError,
+)
+from edgeseq.runtime.serve.continuous import StepBatcher, steps_decoder
+from edgeseq.runtime.serve.live_batch import LiveBatch
+
+SCORE_TOLERANCE = 1e-5
+LETTERS = "abcdefghij"
+
+
+@pytest.fixture(scope="module")
+def generator(steps_bundle) -> Generator:
+    return Generator.load(steps_bundle, providers="cpu", threads=1)
+
+
+def assert_same(got: list[Result], want: list[Result]) -> None:
+    """Equal results: ids, text, flags and source exactly, scores within SCORE_TOLERANCE."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert (g.token_ids, g.text, g.finished, g.source) == (
+            w.token_ids,
+            w.text,
+            w.finished,
+            w.source,
+        )
+        assert (
+            abs(g.score - w.score) <= SCORE_TOLERANCE
+            and abs(g.logprob - w.logprob) <= SCORE_TOLERANCE
+        )
+        assert len(g.nbest) == len(w.nbest)
+
+
+def random_requests(count: int, seed: int = 0) -> list[tuple[list[str], GenerationOptions]]:
+    """Greedy requests of 1-3 words with mixed budgets, penalties, truncation and inputs that
+    are not run (empty, only unknown symbols)."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        words = ["".join(rng.choice(LETTERS) for _ in range(rng.randint(1, 9)))
+                 for _ in range(rng.randint(1, 3))]  # fmt: skip
+        if i % 11 == 0:
+            words.append("" if i % 22 else "???")
+        if i % 13 == 0:
+            words.append(LETTERS * 3)  # over max_len: cut with truncate
+        options = GenerationOptions(
+            max_new_tokens=rng.choice([None, None, 2, 5]),
+            length_penalty=rng.choice([1.0, 0.6]),
+            truncate=i % 13 == 0,
+        )
+        out.append((words, options))
+    return out
+
+
+def test_staggered_requests_get_what_offline_generate_gives(generator) -> None:
+    steps_seen: list[tuple[int, int, int, float]] = []
+    batcher = StepBatcher(
+        generator, steps_decoder(generator, "step"), BatchSettings(max_batch=8, max_wait_ms=2),
+        lambda *step: steps_seen.append(step),
+    )  # fmt: skip
+    batcher.start()
+    requests = random_requests(90)
+    rng = random.Random(1)
+    futures = []
+    for texts, options in requests:  # arrivals spread over the steps of the running batch
+        futures.append(batcher.submit(texts, options, 60))
+        time.sleep(rng.random() * 0.004)
+    try:
+        for (texts, options), future in zip(requests, futures, strict=True):
+            assert_same(future.result(60), generator.generate(texts, options))
+    finally:
+        batcher.close()
+    rows = np.array([s[0] for s in steps_seen])
+    joined = np.array([s[1] for s in steps_seen])
+    assert joined.sum() == sum(1 for t, _ in requests for w in t if w and w != "???")
+    assert ((joined > 0) & (rows > joined)).sum() > 10, "rows never joined a running batch"
+    assert rows.max() <= 8 + 2 and rows.mean() > 2
+
+
+def test_rows_at_different_positions_share_one_step(generator) -> None:
+    """The live batch itself: three sources joining at steps 0, 2 and 3, the first leaving
+    at step 4, give at every step the logits each gets alone through decoder.onnx."""
+    sources = [generator.encode(t).ids for t in ("abcdefgh", "hij", "abcd")]
+    step_model, alone = generator.step_model, []
+    for source in sources:
+        state, last, logits = step_model.start(np.array([source])), 1, []
+        for _ in range(6):
+            out, state = step_model.step(state, np.array([[last]]))
+            logits.append(out[0, -1])
+            last = int(out[0, -1].argmax())
+        alone.append(logits)
+    batch, rows, last = LiveBatch(steps_decoder(generator, "step")), [], {}
+    join, leave = [0, 2, 3], [4, 9, 9]
+    for t in range(7):
+        keep = [k for k, r in enumerate(rows) if leave[r] > t]
+        new = [r for r, j in enumerate(join) if j == t]
+        batch.update(np.array(keep, np.int64), [sources[r] for r in new])
+        rows = [rows[k] for k in keep] + new
+        last |= {r: 1 for r in new}
+        logits = batch.step(np.array([last[r] for r in rows]))
+        for k, r in enumerate(rows):
+            np.testing.assert_allclose(logits[k], alone[r][t - join[r]], atol=1e-5)
+            last[r] = int(logits[k].argmax())
+    assert batch.start.tolist() == [0, 1] and batch.cache_len == 5  # row 0's columns cut
+
+
+def test_queue_bound_drain_at_close_and_timeouts(generator) -> None:
+    steps = steps_decoder(generator, "step")
+    batcher = StepBatcher(generator, steps, BatchSettings(max_queue=3))
+    first = batcher.submit(["abc", "de"], GenerationOptions(), 60)
+    with pytest.raises(QueueFullError, match=r"queue is full \(2 inputs waiting, at most 3\)"):
+        batcher.submit(["f", "g"], GenerationOptions(), 60)
+    late = batcher.submit(["h"], GenerationOptions(), 0.0)
+    time.sleep(0.01)
+    batcher.start()
+    batcher.close()
+    assert_same(first.result(0), generator.generate(["abc", "de"]))
+    with pytest.raises(RequestTimeoutError, match="timed out waiting in the queue"):
+        late.result(0)
+    with pytest.raises(ShuttingDownError, match="shutting down"):
+        batcher.submit(["e"], GenerationOptions(), 60)
+    with pytest.raises(OptionsError, match="greedy"):
+        batcher.submit(["e"], GenerationOptions(beam_size=2), 60)
+
+
+def test_a_failing_step_runs_each_request_alone(generator, monkeypatch) -> None:
+    """The first decoder step fails: every request in flight is answered by generate alone."""
+    failed = threading.Event()
+    real = LiveBatch.step
+
+    def step_once_failing(self, last_ids):
+        if not failed.is_set():
+            failed.set()
+            raise RuntimeError("onnxruntime failed")
+        return real(self, last_ids)
+
+    monkeypatch.setattr(LiveBatch, "step", step_once_failing)
+    batcher = StepBatcher(
+        generator, steps_decoder(generator, "step"), BatchSettings(max_wait_ms=50)
+    )
+    requests = [["abc"], ["hij", "fed"], ["cafe"]]
+    futures = [batcher.submit(texts, GenerationOptions(), 60) for texts in requests]
+    batcher.start()
+    try:
+        for texts, future in zip(requests, futures, strict=True):
+            assert_same(future.result(60), generator.generate(texts))
+        after = batcher.submit(["jihg"], GenerationOptions(), 60)  # the batch runs again
+        assert_same(after.result(60), generator.generate(["jihg"]))
+    finally:
+        batcher.close()
+    assert failed.is_set()
+
+
+def test_step_batching_needs_the_steps_graph_of_the_variant(generator, runtime_case) -> None:
+    plain = Generator.load(runtime_case.bundle, providers="cpu", threads=1)
+    assert steps_decoder(plain, "auto") is None and steps_decoder(generator, "request") is None
+    with pytest.raises(OptionsError, match=r"no step-batching decoder for variant 'fp32'; "
+                       r"export one with edgeseq export .*--variants fp32,int8,steps"):  # fmt: skip
+        steps_decoder(plain, "step")
+    int8 = Generator.load(generator.bundle.path, providers="cpu", threads=1, variant="int8")
+    steps = steps_decoder(int8, "auto")
+    assert steps is not None and steps.decoder is not None
+    batcher = StepBatcher(int8, steps)
+    batcher.start()
+    try:
+        got = batcher.submit(["abc", "hij"], GenerationOptions(), 60).result(60)
+    finally:
+        batcher.close()
+    assert [r.finished for r in got] == [True, True]
