@@ -127,6 +127,15 @@ def _require(module: str, extra: str) -> None:
     default=None,
     help="Graph variant of the bundle (default: fp32, or the only one, as generate).",
 )
+@click.option(
+    "--batching",
+    type=click.Choice(("auto", "step", "request")),
+    default="auto",
+    show_default=True,
+    help="Greedy requests: step (join the running batch at the next decoder step; needs the "
+    "bundle's steps variant), request (whole requests merged); auto: step when the bundle "
+    "has it. Beam search and sampling are always batched per request.",
+)
 @click.option("--access-log", is_flag=True, help="Log every request (uvicorn's access log).")
 @click.option(
     "--api-key-file",
@@ -163,6 +172,7 @@ def serve(
     provider: str,
     threads: int | None,
     variant: str | None,
+    batching: str,
     access_log: bool,
     api_key_file: Path | None,
     metrics_auth: bool,
@@ -190,6 +200,8 @@ def serve(
                 "--metrics-auth applies without --ray (with --ray there is no /metrics "
                 "route: Ray exports its own metrics)"
             )
+        if batching == "step":
+            raise click.UsageError("--batching step applies without --ray (Ray batches requests)")
         if max_replicas is not None and max_replicas < replicas:
             raise click.UsageError(f"--max-replicas {max_replicas} is below --replicas {replicas}")
         _require("ray", "ray")
@@ -224,13 +236,22 @@ def serve(
     variant = generator.variant
     settings = BatchSettings(max_batch, max_batch_tokens, max_wait_ms, max_queue, workers)
     limits = Limits(max_inputs=max_inputs, max_chars=max_chars)
-    app = create_app(generator, settings, limits, timeout_s, variant, api_key, metrics_auth)
+    app = create_app(
+        generator, settings, limits, timeout_s, variant, api_key, metrics_auth, batching
+    )
     auth = "" if api_key is None else ", API key required"
     click.echo(
         f"serving {bundle} ({variant}, {generator.device}) on http://{host}:{port} "
         f"(max batch {max_batch}, max wait {max_wait_ms:g} ms, {workers} worker(s){auth})",
         err=True,
     )
+    if app.state.server.batching == "step":
+        line = "greedy requests per decoder step; beam search and sampling per request"
+    elif batching == "request":
+        line = "per request (--batching request)"
+    else:
+        line = f"per request (no steps variant for {variant}: export --variants ...,steps)"
+    click.echo(f"batching: {line}", err=True)  # once, at start
     if warning:
         click.echo(warning, err=True)
     config = uvicorn.Config(

@@ -188,3 +188,101 @@ def test_step_batching_needs_the_steps_graph_of_the_variant(generator, runtime_c
     finally:
         batcher.close()
     assert [r.finished for r in got] == [True, True]
+
+
+# -- the server --------------------------------------------------------------------------------
+SERVER_OPTIONS = [{}, {"max_new_tokens": 3}, {"beam_size": 3, "n_best": 2},
+                  {"sample": True, "seed": 7, "top_k": 4}, {"length_penalty": 0.6}]  # fmt: skip
+
+
+def offline_json(generator: Generator, inputs: list[str], options: dict) -> list[dict]:
+    """What `edgeseq generate --json` gives for these inputs (empty ones skipped)."""
+    from edgeseq.runtime.results import result_json
+
+    todo = [t for t in inputs if t]
+    results = iter(generator.generate(todo, GenerationOptions(**options)) if todo else ())
+    target = generator.tokenizers.target
+    return [result_json(i, t, next(results) if t else None, target)
+            for i, t in enumerate(inputs, start=1)]  # fmt: skip
+
+
+def assert_same_json(got: list[dict], want: list[dict]) -> None:
+    """Equal result objects, scores within SCORE_TOLERANCE."""
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        for key in ("score", "logprob"):
+            assert abs(g.pop(key, 0.0) - w.pop(key, 0.0)) <= SCORE_TOLERANCE
+        assert g == w
+
+
+def test_the_server_answers_greedy_requests_by_steps_as_offline(generator) -> None:
+    pytest.importorskip("starlette", reason="the serve extra is not installed")
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    from concurrent.futures import ThreadPoolExecutor
+
+    from prometheus_client.parser import text_string_to_metric_families
+    from serve_client import generate, request, running
+
+    from edgeseq.runtime.serve.app import create_app
+
+    words = ["abc", "jihg", "a", "bbbbcc", "cafe", "hij", "dcba", "efghij", "ab", "gij", "fed"]
+    cases = [(words[i % 11 : i % 11 + 1 + i % 3] + ([""] if i % 5 == 0 else []),
+              SERVER_OPTIONS[i % len(SERVER_OPTIONS)]) for i in range(40)]  # fmt: skip
+    app = create_app(generator, BatchSettings(max_batch=8, max_wait_ms=20, workers=2))
+    assert app.state.server.batching == "step"
+    with running(app) as port, ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(lambda c: generate(port, *c), cases))
+        text = request(port, "GET", "/metrics")[2]
+    for (inputs, options), (status, body) in zip(cases, answers, strict=True):
+        assert status == 200, body
+        assert_same_json(body["results"], offline_json(generator, inputs, options))
+    samples = {s.name + str(sorted(s.labels.items())): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    assert samples["edgeseq_batching_info[('mode', 'step')]"] == 1
+    assert samples["edgeseq_inputs_total[]"] == sum(1 for i, _ in cases for t in i if t)
+    generated = sum(len(r["ids"]) + r["finished"] for _, b in answers for r in b["results"]
+                    if "ids" in r)  # fmt: skip
+    assert samples["edgeseq_generated_tokens_total[]"] == generated
+
+
+def test_serve_batching_flag_and_sigterm_drain(generator, steps_bundle, runtime_case) -> None:
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    import os
+    import re
+    import signal
+    import subprocess
+    from concurrent.futures import ThreadPoolExecutor
+
+    from serve_client import EDGESEQ, generate, wait_ready
+
+    command = [*EDGESEQ, "serve", "--provider", "cpu", "--threads", "1", "--port", "0"]
+    refused = subprocess.run([*command, str(runtime_case.bundle), "--batching", "step"],
+                             capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert refused.returncode == 1
+    assert re.fullmatch(r"error: .*no step-batching decoder for variant 'fp32'; export one "
+                        r"with .*--variants fp32,int8,steps, or serve with --batching "
+                        r"request\n", refused.stderr), refused.stderr  # fmt: skip
+    proc = subprocess.Popen([*command, str(steps_bundle), "--max-wait-ms", "1500"],
+                            stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # fmt: skip
+    try:
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if found := re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line):
+                break
+        assert any("batching: greedy requests per decoder step" in x for x in lines), lines
+        port = int(found.group(1))
+        wait_ready(port, 60)
+        with ThreadPoolExecutor(3) as pool:
+            futures = [pool.submit(generate, port, [w]) for w in ("abc", "hij", "ab")]
+            time.sleep(0.5)  # the three requests wait for company (max wait 1.5 s)
+            proc.send_signal(signal.SIGTERM)
+            answers = [f.result() for f in futures]
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.stderr.close()
+    for word, (status, body) in zip(("abc", "hij", "ab"), answers, strict=True):
+        assert status == 200
+        assert_same_json(body["results"], offline_json(generator, [word], {}))

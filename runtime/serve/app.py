@@ -15,10 +15,13 @@ With an API key (runtime/serve/auth.py) every route but `/health` (and `/metrics
 are counted in the metrics like other answers.
 
 The model runs on the batcher's worker threads; the event loop only parses, waits on a
-future and answers, so it never blocks on the model. Status codes: 400 not JSON, 413 too
-large, 422 invalid, 429 queue full (with `Retry-After`), 503 not ready or shutting down,
-504 timed out. The lifespan's shutdown (after uvicorn has answered the requests in flight,
-e.g. on SIGTERM) runs whatever is still queued and stops the workers.
+future and answers, so it never blocks on the model. With `batching` "step" (or "auto" and a
+bundle with the steps decoder), greedy requests are batched per decoder step
+(runtime/serve/continuous.py) and the others per request (runtime/serve/batcher.py).
+Status codes: 400 not JSON, 413 too large, 422 invalid, 429 queue full (with
+`Retry-After`), 503 not ready or shutting down, 504 timed out. The lifespan's shutdown
+(after uvicorn has answered the requests in flight, e.g. on SIGTERM) runs whatever is
+still queued and stops the workers.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from ..generator import Generator
 from ..search import GenerationOptions
 from .auth import ApiKey, refusal
 from .batcher import Batcher, BatchSettings, QueueFullError, RequestTimeoutError, ShuttingDownError
+from .continuous import SplitBatcher, StepBatcher, steps_decoder
 from .metrics import CONTENT_TYPE, ServeMetrics
 from .request import Limits, RequestError, model_summary, parse_generate, render
 
@@ -59,6 +63,7 @@ class ServerState:
         variant: str,
         api_key: ApiKey | None = None,
         metrics_auth: bool = False,
+        batching: str = "auto",
     ) -> None:
         self.generator = generator
         self.api_key = api_key
@@ -66,9 +71,15 @@ class ServerState:
         self.limits = limits
         self.timeout_s = timeout_s
         self.variant = variant
-        self.batcher = Batcher(generator, settings)
-        self.metrics = ServeMetrics(lambda: self.batcher.queued_inputs)
+        steps = steps_decoder(generator, batching)
+        self.batching = "step" if steps is not None else "request"  # what greedy requests get
+        requests = Batcher(generator, settings)
+        self.step_batcher = StepBatcher(generator, steps, settings) if steps else None
+        self.batcher = SplitBatcher(requests, self.step_batcher) if self.step_batcher else requests
+        self.metrics = ServeMetrics(lambda: self.batcher.queued_inputs, self.batching)
         self.batcher.on_batch = self.metrics.on_batch
+        if self.step_batcher is not None:
+            self.step_batcher.on_step = self.metrics.on_step
         self.status = "loading"  # -> "ready" after the warm-up -> "draining" at shutdown
 
 
@@ -85,10 +96,13 @@ def create_app(
     variant: str = "fp32",
     api_key: ApiKey | None = None,
     metrics_auth: bool = False,
+    batching: str = "auto",
 ) -> Starlette:
     """The application serving `generator`; the batcher starts and warms up in the
     lifespan, and drains at its end. With `api_key`, requests need it as a bearer token
-    (runtime/serve/auth.py); `metrics_auth` puts /metrics behind it too."""
+    (runtime/serve/auth.py); `metrics_auth` puts /metrics behind it too. `batching`: "step",
+    "request", or "auto" (step when the bundle has the steps decoder of the variant); the
+    mode chosen is `app.state.server.batching`."""
     state = ServerState(
         generator,
         settings or BatchSettings(),
@@ -97,6 +111,7 @@ def create_app(
         variant,
         api_key,
         metrics_auth,
+        batching,
     )
 
     @contextlib.asynccontextmanager
@@ -126,6 +141,8 @@ async def _warm_up(state: ServerState) -> None:
     why and stays 503."""
     try:
         await asyncio.to_thread(state.generator.generate, [WARM_UP_TEXT], GenerationOptions())
+        if state.step_batcher is not None:
+            await asyncio.to_thread(state.step_batcher.warm_up, WARM_UP_TEXT)
     except Exception as exc:
         state.status = f"warm-up failed: {type(exc).__name__}: {exc}"
         logger.error("%s", state.status)

@@ -10,10 +10,11 @@ scrapers expect, and it is pure Python with no dependencies.
 | `edgeseq_requests_total{endpoint,status}` | counter | HTTP requests answered, by status code |
 | `edgeseq_inputs_total` | counter | inputs run by the model (empty inputs are not run) |
 | `edgeseq_generated_tokens_total` | counter | tokens of the best hypotheses, `</s>` included |
-| `edgeseq_batch_size` | histogram | inputs per engine call (merged requests) |
-| `edgeseq_batch_seconds` | histogram | seconds per engine call |
+| `edgeseq_batch_size` | histogram | inputs per engine call (step batching: rows per step) |
+| `edgeseq_batch_seconds` | histogram | seconds per engine call (step batching: per step) |
 | `edgeseq_queue_depth` | gauge | inputs waiting for a batch |
 | `edgeseq_request_seconds{endpoint}` | histogram | request latency, arrival to answer |
+| `edgeseq_batching_info{mode}` | info | how greedy requests are batched: `step` or `request` |
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from prometheus_client import (
     Counter,
     Gauge,
     Histogram,
+    Info,
     disable_created_metrics,
     generate_latest,
 )
@@ -38,8 +40,9 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 class ServeMetrics:
     """The counters, gauge and histograms of one server."""
 
-    def __init__(self, queue_depth: Callable[[], int]) -> None:
-        """`queue_depth()` returns the inputs waiting; it is read at each scrape."""
+    def __init__(self, queue_depth: Callable[[], int], batching: str = "request") -> None:
+        """`queue_depth()` returns the inputs waiting; it is read at each scrape. `batching`:
+        "step" or "request" (runtime/serve/continuous.py), reported as an info metric."""
         disable_created_metrics()  # no `_created` series: the process start time says as much
         self.registry = CollectorRegistry()
         r = self.registry
@@ -63,12 +66,22 @@ class ServeMetrics:
         )  # fmt: skip
         depth = Gauge("edgeseq_queue_depth", "Inputs waiting for a batch", registry=r)
         depth.set_function(queue_depth)
+        mode = Info("edgeseq_batching", "How greedy requests are batched", registry=r)
+        mode.info({"mode": batching})
 
     def on_batch(self, inputs: int, tokens: int, seconds: float) -> None:
         """Record one engine call (the batcher's callback)."""
         self.inputs.inc(inputs)
         self.tokens.inc(tokens)
         self.batch_size.observe(inputs)
+        self.batch_seconds.observe(seconds)
+
+    def on_step(self, rows: int, joined: int, tokens: int, seconds: float) -> None:
+        """Record one decoder step of step batching: `rows` in the batch, `joined` of them
+        new (inputs run), `tokens` chosen (the step batcher's callback)."""
+        self.inputs.inc(joined)
+        self.tokens.inc(tokens)
+        self.batch_size.observe(rows)
         self.batch_seconds.observe(seconds)
 
     def on_request(self, endpoint: str, status: int, seconds: float) -> None:
