@@ -26,7 +26,9 @@ test: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus"
 
-# The Ray Serve test: ray is a large install and a local cluster takes ~30 s to start.
+# The Ray Serve tests (tests/test_serve_ray*.py, the Ray part of tests/test_serve_auth.py):
+# ray is a large install, and each of their three local clusters takes 30-60 s to start;
+# one kills a replica under load and prints what the clients got. About 3 min in all.
 test-ray: $(STAMP)
 	$(BIN)/pip install -q -e ".[ray]"
 	$(BIN)/python -m pytest -q -m ray

@@ -19,10 +19,11 @@ from ..errors import EdgeseqError
 from .ray_app import build
 
 APP_NAME = "edgeseq"
+PROXY_GRACE_S = 5.0  # Ray's proxy gives up on a request this long after the ingress would
 
 
 def run_ray(args: dict[str, Any], host: str, port: int, timeout_s: float) -> None:
-    """Deploy `build(args)` with Ray's HTTP proxy on host:port (requests time out after
+    """Deploy `build(args)` with Ray's HTTP proxy on host:port (a request gets 504 after
     `timeout_s`); block until SIGINT or SIGTERM."""
     try:  # RAY_ADDRESS, else a head node started on this machine, else a new local cluster
         ray.init(log_to_driver=False)
@@ -32,8 +33,10 @@ def run_ray(args: dict[str, Any], host: str, port: int, timeout_s: float) -> Non
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     try:
-        serve.start(http_options={"host": host, "port": port, "request_timeout_s": timeout_s})
-        serve.run(build(args), name=APP_NAME, route_prefix="/")
+        # The ingress answers 504 at timeout_s; the proxy's own timeout (408) is a backstop.
+        proxy_timeout_s = timeout_s + PROXY_GRACE_S
+        serve.start(http_options={"host": host, "port": port, "request_timeout_s": proxy_timeout_s})
+        serve.run(build({**args, "timeout_s": timeout_s}), name=APP_NAME, route_prefix="/")
         click.echo(f"serving {args['bundle']} on Ray Serve at http://{host}:{port}", err=True)
         stop.wait()
     finally:
