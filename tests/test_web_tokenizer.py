@@ -262,3 +262,40 @@ def test_decoders_equal_python(tmp_path: Path, name: str) -> None:
     python = Tokenizer(hf, "unigram")
     got = run_js({path: {"decode": ids}})[path]
     assert got.get("decoded") == [python.decode(i) for i in ids], got.get("error")
+
+
+# -- every string a client can send (issue 39) ------------------------------------------------
+HOSTILE = [
+    "\ud800", "a\udfffb", "\udc80\ud800x", "\x00", "a\x00b", "\u202eabc\u202c", "\u2066x\u2069",
+    "e\u0301\u0301\u0301", "ＡＢＣ ｊｉｈ", "\ufb01", "\u00a0a\u00a0", "😀" * 1000, "\U0010ffff",
+    "\ufeff", "<pad>", "</s>", "\x85", "\ud83d\ude00", "a\u200db", "\u0000\u0000",
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["char", "word"])
+def test_hostile_strings_encode_as_python_reads_them(tmp_path: Path, kind: str) -> None:
+    """What the browser runtime tokenizes equals what the Python runtime tokenizes (an
+    unpaired surrogate, which JSON and JavaScript strings can carry, read as U+FFFD on both
+    sides), for arbitrary Unicode as well as the classes clients send on purpose."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from edgeseq.runtime.tokenizer import utf8_text
+
+    tok = Tokenizer.train(kind, [*CORPUS, *TEXTS, "😀 ａ 日本"])
+    tok.hf.normalizer = NORMALIZERS["g2p"]
+    path = tmp_path / "tokenizer.json"
+    tok.save(path)
+    drawn: list[str] = []
+
+    @settings(max_examples=150, deadline=None, database=None)
+    @given(st.text(st.characters(codec=None, exclude_categories=()), max_size=20))
+    def collect(text: str) -> None:
+        drawn.append(text)
+
+    collect()
+    texts = [*HOSTILE, *drawn]
+    got = js_encode(path, texts)  # one node process for all of them
+    want = [tok.encode(utf8_text(t)) for t in texts]
+    for text, g, w in zip(texts, got, want, strict=True):
+        assert g["ids"] == w, repr(text)
