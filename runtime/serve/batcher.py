@@ -13,10 +13,11 @@ free, whichever is later (so clients answered by the previous batch can join the
 It runs them as one call to `Generator.generate` with `batch_size=max_batch`: up to
 `max_batch` inputs (and `max_batch_tokens` source tokens, if set). A request with more inputs
 than `max_batch` runs alone, split into engine batches by `generate` itself. Requests whose
-options differ never share a batch. With fp32 graphs merging does not change results:
-padding is masked, and a seeded sample depends only on its input and the options; with int8
-graphs it can (activations are quantized per tensor over the batch: docs/runtime.md). If a merged
-batch fails, each request in it is run again alone, so one bad request cannot fail the others.
+options differ never share a batch. With fp32 graphs merging does not change the output
+tokens (padding is masked, and a seeded sample depends only on its input and the options;
+scores can move in the 7th significant digit); with int8 graphs it can (activations are
+quantized per tensor over the batch: docs/runtime.md). If a merged batch fails, each
+request in it is run again alone, so one bad request cannot fail the others.
 
 The queue is bounded in inputs: `submit` raises `QueueFullError` when a request would not fit
 (the server answers 429). A request still queued after its timeout is dropped unrun.
