@@ -99,30 +99,41 @@ def test_staggered_requests_get_what_offline_generate_gives(generator) -> None:
 
 
 def test_rows_at_different_positions_share_one_step(generator) -> None:
-    """The live batch itself: three sources joining at steps 0, 2 and 3, the first leaving
-    at step 4, give at every step the logits each gets alone through decoder.onnx."""
-    sources = [generator.encode(t).ids for t in ("abcdefgh", "hij", "abcd")]
+    """The live batch itself: four sources joining at steps 0, 2, 3 and 5 (the last one in
+    the slot the first frees at step 4), give at every step the logits each gets alone
+    through decoder.onnx; compaction and trimming keep them so."""
+    sources = [generator.encode(t).ids for t in ("abcdefgh", "hij", "abcd", "jihgfedcba")]
     step_model, alone = generator.step_model, []
     for source in sources:
         state, last, logits = step_model.start(np.array([source])), 1, []
-        for _ in range(6):
+        for _ in range(8):
             out, state = step_model.step(state, np.array([[last]]))
             logits.append(out[0, -1])
             last = int(out[0, -1].argmax())
         alone.append(logits)
-    batch, rows, last = LiveBatch(steps_decoder(generator, "step")), [], {}
-    join, leave = [0, 2, 3], [4, 9, 9]
-    for t in range(7):
-        keep = [k for k, r in enumerate(rows) if leave[r] > t]
+    batch, slot_of, last = LiveBatch(steps_decoder(generator, "step")), {}, {}
+    join, leave = [0, 2, 3, 5], [4, 6, 99, 99]
+    for t in range(9):
+        batch.leave([slot_of.pop(r) for r in list(slot_of) if leave[r] == t])
         new = [r for r, j in enumerate(join) if j == t]
-        batch.update(np.array(keep, np.int64), [sources[r] for r in new])
-        rows = [rows[k] for k in keep] + new
+        slot_of |= dict(zip(new, batch.join([sources[r] for r in new]), strict=True))
         last |= {r: 1 for r in new}
-        logits = batch.step(np.array([last[r] for r in rows]))
-        for k, r in enumerate(rows):
-            np.testing.assert_allclose(logits[k], alone[r][t - join[r]], atol=1e-5)
-            last[r] = int(logits[k].argmax())
-    assert batch.start.tolist() == [0, 1] and batch.cache_len == 5  # row 0's columns cut
+        if t == 6:  # rows 2 and 3 in slots 2 and 0, slot 1 free: nothing moves yet
+            assert slot_of == {2: 2, 3: 0} and batch.compact() is None
+        if t == 7:
+            batch.leave([slot_of[2]])  # a free slot too many: the batch is compacted
+            order = batch.compact()
+            assert order is not None and order.tolist() == [0]
+            slot_of = {3: 0}
+        batch.trim()
+        ids = np.zeros(batch.rows, np.int64)  # free slots: anything
+        for r, slot in slot_of.items():
+            ids[slot] = last[r]
+        logits = batch.step(ids)
+        for r, slot in slot_of.items():
+            np.testing.assert_allclose(logits[slot], alone[r][t - join[r]], atol=1e-5)
+            last[r] = int(logits[slot].argmax())
+    assert batch.rows == 1 and batch.cache_len == 4  # row 3's columns only (joined at step 5)
 
 
 def test_queue_bound_drain_at_close_and_timeouts(generator) -> None:

@@ -164,24 +164,24 @@ class StepBatcher:
     def warm_up(self, text: str) -> None:
         """Run `text` through a batch of its own (the first runs of the steps graph allocate)."""
         batch, row = LiveBatch(self.steps), self.generator.encode(text, truncate=True)
-        batch.update(np.zeros(0, np.int64), [row.ids])
+        batch.join([row.ids])
         batch.step(np.array([self.generator.config.bos_id]))
 
     # -- the loop ---------------------------------------------------------------------------
     def _work(self) -> None:
         batch = LiveBatch(self.steps)
-        rows: list[Row] = []  # the batch's rows, in its order
-        live: list[int] = []  # indices of those not finished
+        rows: list[Row | None] = []  # the row in each slot of the batch (None: free)
+        done: list[int] = []  # slots whose rows ended at the last step
         while True:
-            jobs = self._take(len(live))
+            jobs = self._take(sum(r is not None for r in rows) - len(done))
             if jobs is None:
                 return
             try:
-                rows, live = self._step(batch, rows, live, jobs)
+                rows, done = self._step(batch, rows, done, jobs)
             except Exception:  # find the culprit: each request in flight alone
-                flight = list({id(rows[i].job): rows[i].job for i in live}.values())
+                flight = list({id(r.job): r.job for r in rows if r is not None}.values())
                 self._run_alone(flight + [j for j in jobs if j not in flight])
-                batch, rows, live = LiveBatch(self.steps), [], []
+                batch, rows, done = LiveBatch(self.steps), [], []
 
     def _take(self, in_flight: int) -> list[StepJob] | None:
         """The queued jobs that join at this step (waiting for work, and up to max_wait_ms for
@@ -243,28 +243,42 @@ class StepBatcher:
         return rows
 
     def _step(
-        self, batch: LiveBatch, rows: list[Row], live: list[int], jobs: list[StepJob]
-    ) -> tuple[list[Row], list[int]]:
-        """Drop the finished and late rows, admit `jobs`, run one decoder step, answer the
-        rows that end; return the batch's rows and the indices of those still live."""
+        self, batch: LiveBatch, rows: list[Row | None], done: list[int], jobs: list[StepJob]
+    ) -> tuple[list[Row | None], list[int]]:
+        """Free the slots of ended and late rows, admit `jobs`, run one decoder step, answer
+        the rows that end; return the row of each slot and the slots that ended."""
         now = time.monotonic()
-        late = {id(rows[i].job): rows[i].job for i in live if now > rows[i].job.deadline}
+        late = {id(r.job): r.job for r in rows if r is not None and now > r.job.deadline}
         for job in late.values():
-            job.future.set_exception(RequestTimeoutError("no answer within the timeout"))
-        keep = [i for i in live if id(rows[i].job) not in late]
+            if not job.future.done():
+                job.future.set_exception(RequestTimeoutError("no answer within the timeout"))
+        done = done + [i for i, r in enumerate(rows) if r is not None and id(r.job) in late]
+        batch.leave(done)
+        for slot in done:
+            rows[slot] = None
         joining = [row for job in jobs for row in self._rows(job)]
         started = time.perf_counter()
-        batch.update(np.array(keep, np.int64), [r.source.ids for r in joining])
-        rows = [rows[i] for i in keep] + joining
-        if not rows:
+        slots = batch.join([r.source.ids for r in joining])
+        rows += [None] * (batch.rows - len(rows))
+        for slot, row in zip(slots, joining, strict=True):
+            rows[slot] = row
+        order = batch.compact()
+        if order is not None:
+            rows = [rows[i] for i in order]
+        batch.trim()
+        live = [i for i, r in enumerate(rows) if r is not None]
+        if not live:
             return rows, []
-        logits = batch.step(np.array([r.last for r in rows], np.int64))
+        pad = self.generator.config.pad_id
+        logits = batch.step(np.array([r.last if r else pad for r in rows], np.int64))[live]
         chosen = logits.argmax(axis=-1)  # (B,) as choose_argmax
-        logprobs = log_softmax(logits)[np.arange(len(rows)), chosen]
+        logprobs = log_softmax(logits)[np.arange(len(live)), chosen]
         seconds = time.perf_counter() - started
-        live = []
+        done = []
         eos = self.generator.config.eos_id
-        for i, (row, token, lp) in enumerate(zip(rows, chosen.tolist(), logprobs, strict=True)):
+        for slot, token, lp in zip(live, chosen.tolist(), logprobs, strict=True):
+            row = rows[slot]
+            assert row is not None
             row.logprob += lp
             row.steps += 1
             if token != eos:
@@ -272,11 +286,10 @@ class StepBatcher:
                 row.last = token
             if token == eos or row.steps == row.budget:
                 row.job.answer(row.index, self._result(row, token == eos))
-            else:
-                live.append(i)
+                done.append(slot)
         if self.on_step is not None:
-            self.on_step(len(rows), len(joining), len(rows), seconds)
-        return rows, live
+            self.on_step(len(live), len(joining), len(live), seconds)
+        return rows, done
 
     def _result(self, row: Row, finished: bool) -> Result:
         """The Result `generate` gives for this row's tokens (runtime/generator.py)."""
