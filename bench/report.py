@@ -70,6 +70,12 @@ def notes(report: dict[str, Any]) -> list[str]:
         "load s: session creation (onnxruntime) or checkpoint load (PyTorch). peak RSS: the "
         "measuring process (each engine in its own; onnxruntime processes cannot import torch).",
     ]
+    for engine in report["engines"]:
+        if engine["kind"] == "pytorch" and engine.get("source", "checkpoint") != "checkpoint":
+            out.append(
+                f"pytorch eager: edgeseq's PyTorch module holding the weights of "
+                f"{engine['source_description']}, with its KV cache (not the source's own code)"
+            )
     for skip in report["skipped"]:
         out.append(f"skipped variant {skip['variant']}: {skip['reason']}")
     for variant, per_batch in report["ratios"].items():

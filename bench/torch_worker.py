@@ -1,7 +1,15 @@
 """The PyTorch eager side of `edgeseq bench`: the same search through `TorchStep`.
 
     result = measure_torch("runs/g2p/best", spec)      # spec: edgeseq.bench.timing.BenchSpec
+    result = measure_torch("opus-mt-en-de", spec)      # any source `edgeseq export` reads
     python -m edgeseq.bench.torch_worker SPEC.json     # prints one JSON line
+
+The model is read by export/sources' adapters, as `edgeseq export SOURCE` reads it: an
+edgeseq checkpoint, a torch_source.json (or its directory), a Hugging Face MarianMT directory.
+What is timed is edgeseq's PyTorch module holding that model's weights (the module the
+bundle's parity levels 1-3 compare with), not the source's own code: a user's
+`nn.Transformer` has no cached decoding, and `MarianMTModel.generate` runs a search of its own
+(benchmarks/vs_optimum.py times it).
 
 `edgeseq bench` runs this in a fresh process (`run_isolated(TORCH_WORKER, ...)`), like each
 onnxruntime variant, so every engine starts from a clean interpreter. For a fair comparison
@@ -20,9 +28,9 @@ from typing import Any
 
 import torch
 
-from edgeseq.build_model.checkpoint import MODEL_FILE, load_checkpoint
 from edgeseq.build_model.torch_step import TorchStep
-from edgeseq.runtime.errors import CheckpointError
+from edgeseq.export.sources import open_source
+from edgeseq.runtime.errors import CheckpointError, EdgeseqError
 
 from .timing import BenchSpec, peak_rss_mb, time_search
 
@@ -55,11 +63,13 @@ def check_same_model(checkpoint_config: dict[str, Any], bundle_config: dict[str,
 
 
 def measure_torch(checkpoint: str | Path, spec: BenchSpec) -> dict[str, Any]:
-    """Load `checkpoint` and time `spec`'s search through PyTorch eager with the KV cache."""
+    """Load `checkpoint` (any source export/sources reads) and time `spec`'s search through
+    PyTorch eager with the KV cache."""
     set_threads(spec.threads)
     baseline = peak_rss_mb()
     start = time.perf_counter()
-    model, _, _ = load_checkpoint(checkpoint)
+    source = open_source(checkpoint)
+    model = source.model
     loaded = time.perf_counter()
     if "config" in spec.extra:
         check_same_model(model.cfg.to_dict(), spec.extra["config"])
@@ -73,9 +83,11 @@ def measure_torch(checkpoint: str | Path, spec: BenchSpec) -> dict[str, Any]:
         "version": torch.__version__,
         "threads": torch.get_num_threads(),
         "interop_threads": torch.get_num_interop_threads(),
+        "source": source.adapter,
+        "source_description": source.description,
         "load_s": loaded - start,
-        "file_bytes": (Path(checkpoint) / MODEL_FILE).stat().st_size,
-        "files": [MODEL_FILE],
+        "file_bytes": sum(Path(file).stat().st_size for file in source.weights),
+        "files": [Path(file).name for file in source.weights],
         "baseline_rss_mb": baseline,
         "peak_rss_mb": peak_rss_mb(),
         "torch_imported": True,
@@ -85,10 +97,15 @@ def measure_torch(checkpoint: str | Path, spec: BenchSpec) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> None:
     """Worker entry: `SPEC.json` whose `extra` has the checkpoint (and the bundle's config);
-    prints one JSON line with `measure_torch`'s result."""
+    prints one JSON line with `measure_torch`'s result, or an edgeseq error's message as the
+    last line on stderr (exit 1): what `run_isolated` reports."""
     (spec_path,) = argv if argv is not None else sys.argv[1:]
     spec = BenchSpec.load(spec_path)
-    print(json.dumps(measure_torch(spec.extra["checkpoint"], spec)))
+    try:
+        result = measure_torch(spec.extra["checkpoint"], spec)
+    except EdgeseqError as exc:
+        sys.exit(str(exc))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -299,3 +299,24 @@ def steps_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFa
     finally:
         torch.set_num_threads(threads)
     return bundle
+
+
+# -- imported models (issue 37): a MarianMT directory and an nn.Transformer, each exported once --
+@pytest.fixture(scope="session")
+def marian_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """tests/import_cases.py's copy-trained tiny MarianMT, exported with every variant, gated
+    on its --data TSV: {"source", "data", "bundle", "output"}."""
+    pytest.importorskip("transformers", reason="the hf extra is not installed")
+    pytest.importorskip("sentencepiece", reason="the hf extra is not installed")
+    from import_cases import export_marian
+
+    return export_marian(tmp_path_factory.mktemp("marian-import"))
+
+
+@pytest.fixture(scope="session")
+def torch_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """tests/import_cases.py's tutorial-shaped nn.Transformer model, exported with fp32, int8
+    and search on its --data file: {"source", "data", "bundle", "output"}."""
+    from import_cases import export_torch
+
+    return export_torch(tmp_path_factory.mktemp("torch-import"))

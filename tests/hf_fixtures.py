@@ -4,13 +4,17 @@
     path = build_marian_dir(tmp_path / "marian")                      # one vocabulary, one spm
     path = build_marian_dir(tmp_path / "en-de", shared_spm=False)     # opus-mt-en-de's layout
     path = build_marian_dir(tmp_path / "sep", shared_vocab=False)     # separate vocabularies
+    path = build_marian_dir(tmp_path / "copy", copy_steps=150)        # outputs vary, end in </s>
     MarianTokenizer.from_pretrained(path); MarianMTModel.from_pretrained(path)
 
 The directory holds `source.spm`, `target.spm` (SentencePiece unigram models trained here on a
 synthetic corpus with accents, digits and punctuation), `vocab.json` (and
 `target_vocab.json` when the vocabularies are separate), `tokenizer_config.json` as
 `MarianTokenizer.save_pretrained` writes it, and `config.json`, `generation_config.json` and
-`model.safetensors` of a `MarianMTModel` with random weights.
+`model.safetensors` of a `MarianMTModel` with random weights. A random Marian repeats one
+piece up to `max_len` whatever its input; with `copy_steps` the model is first trained that
+many steps (~5 s for 150) to copy single words, so that its outputs depend on the input, have
+varied lengths and end with `</s>`: what a check comparing two engines' outputs needs.
 
 `vocab.json` follows Marian's order, not SentencePiece's: `</s>` 0, `<unk>` 1, the pieces (here
 in a seeded random order, with the language codes `>>xx<<` of LANGUAGE_CODES among them, as
@@ -25,6 +29,7 @@ import json
 import random
 import warnings
 from pathlib import Path
+from typing import Any
 
 # Language codes placed in vocab.json (not in the SentencePiece models, like OPUS-MT's).
 LANGUAGE_CODES = (">>deu<<", ">>fra<<", ">>spa<<", ">>zho_Hans<<")
@@ -113,12 +118,14 @@ def build_marian_dir(
     shared_vocab: bool = True,
     shared_spm: bool | None = None,
     codes: tuple[str, ...] = LANGUAGE_CODES,
+    copy_steps: int = 0,
 ) -> Path:
     """Write a tiny random MarianMT checkpoint into `path` (created) and return it.
 
     `vocab_size`: pieces per SentencePiece model; `shared_vocab`: one vocab.json for both sides
     (else vocab.json and target_vocab.json, untied encoder/decoder embeddings); `shared_spm`:
-    one SentencePiece model for both sides (default: `shared_vocab`)."""
+    one SentencePiece model for both sides (default: `shared_vocab`); `copy_steps`: train the
+    random model that many steps to copy single words (see the module docstring)."""
     from transformers import MarianTokenizer
 
     path = Path(path)
@@ -154,15 +161,16 @@ def build_marian_dir(
     for name in ("source.spm", "target.spm", "vocab.json", "target_vocab.json"):
         (raw / name).unlink(missing_ok=True)
     raw.rmdir()
-    _save_model(path, len(tokenizer.encoder), d_model, layers, seed, shared_vocab)
+    model = _random_model(len(tokenizer.encoder), d_model, layers, seed, shared_vocab)
+    if copy_steps:
+        _train_to_copy(model, tokenizer, copy_steps, seed)
+    model.save_pretrained(path)
     return path
 
 
-def _save_model(
-    path: Path, vocab_size: int, d_model: int, layers: int, seed: int, shared_vocab: bool
-) -> None:
+def _random_model(vocab_size: int, d_model: int, layers: int, seed: int, shared_vocab: bool) -> Any:
     """A random MarianMTModel shaped like OPUS-MT's (post-norm, swish, scaled embeddings,
-    sinusoidal positions, tied output + final_logits_bias), saved as safetensors."""
+    sinusoidal positions, tied output + final_logits_bias), eval mode."""
     import torch
     from transformers import GenerationConfig, MarianConfig, MarianMTModel
 
@@ -208,7 +216,38 @@ def _save_model(
         max_length=64,
         num_beams=4,
     )
-    model.save_pretrained(path)
+    return model
+
+
+def _train_to_copy(model: Any, tokenizer: Any, steps: int, seed: int) -> None:
+    """`steps` Adam steps (batch 16, one thread) teaching `model` to copy the first word of
+    synthetic source lines; the pad row stays zero, as in OPUS-MT. Leaves it in eval mode."""
+    import torch
+
+    pad_id = tokenizer.pad_token_id
+    tables = {id(e): e.weight for e in _embeddings(model)}.values()
+
+    words = [line.split()[0] for line in synthetic_corpus("source", steps * 16, seed + 1)]
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model.train()
+    try:
+        for step in range(steps):
+            batch = words[step * 16 : (step + 1) * 16]
+            encoded = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
+            encoded["labels"][encoded["labels"] == pad_id] = -100
+            loss = model(**encoded).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                for table in tables:
+                    table[pad_id].zero_()
+    finally:
+        torch.set_num_threads(threads)
+        model.eval()
 
 
 def _embeddings(model) -> list:

@@ -7,7 +7,9 @@ EDGESEQ_EDGE=1 is set (then a missing cache is built: npm packages, an arm64 roo
 and aarch64 wheels are downloaded); otherwise they skip with the reason. The model is the
 tests' tiny reversal model: the two-graph loop on 203 inputs, and the one-graph search variant
 (fp32 and int8, greedy and beam 4) on 15, most of the time going to starting the browser or
-the emulated interpreter.
+the emulated interpreter. Imported bundles (tests/import_cases.py: a MarianMT directory with a
+SentencePiece Unigram vocabulary, a tutorial-shaped `nn.Transformer`) get the same checks on
+their --data inputs; their exports (~70 s each) run only once the tools and cache are there.
 """
 
 from __future__ import annotations
@@ -120,13 +122,23 @@ def test_browser_search_graph_needs_the_variant(runtime_case, tmp_path: Path) ->
     assert "the bundle has no search graph for variant fp32" in result.stderr
 
 
-def arm64(bundle: Path, words: Path, out: Path, *variants: str) -> None:
-    """Run scripts/edge/arm64.sh (skipping unless qemu, debootstrap and its cache exist)."""
+def need_browser() -> None:
+    """Skip unless Node, Chromium and the npm cache are there (or EDGESEQ_EDGE=1)."""
+    need({"node": bool(shutil.which("node")), "chromium": bool(CHROMIUM)}, CACHE / "npm")
+
+
+def need_arm64() -> None:
+    """Skip unless qemu, debootstrap and the arm64 cache are there (or EDGESEQ_EDGE=1)."""
     tools = {
         "qemu-user-static": bool(shutil.which("qemu-aarch64-static")),
         "debootstrap": bool(shutil.which("debootstrap")),
     }
     need(tools, CACHE / "arm64" / "rootfs")
+
+
+def arm64(bundle: Path, words: Path, out: Path, *variants: str) -> None:
+    """Run scripts/edge/arm64.sh (skipping unless qemu, debootstrap and its cache exist)."""
+    need_arm64()
     env = {**os.environ, "PYTHON": sys.executable}
     result = subprocess.run(
         ["bash", "scripts/edge/arm64.sh", str(bundle), str(words), str(out), *variants],
@@ -152,3 +164,63 @@ def test_arm64_search_graph_equals_x86(search_bundle: Path, tmp_path: Path) -> N
     ]:
         got = (tmp_path / f"arm64-{variant}.txt").read_text(encoding="utf-8").splitlines()
         assert got == x86_outputs(search_bundle, words, *flags), variant
+
+
+# -- imported bundles (issue 37): tests/import_cases.py's exports, session fixtures -------------
+IMPORTED = ["marian_import", "torch_import"]
+# Inputs beside the --data ones: an empty line, and symbols outside each source vocabulary.
+IMPORTED_EXTRA = {"marian_import": ["", "ẞ ☃ 42"], "torch_import": ["", "a Z b", "hello"]}
+# variant of arm64.sh / the table -> `edgeseq generate` flags on x86
+IMPORTED_VARIANTS = {
+    "fp32": ("--variant", "fp32", "--search", "loop"),
+    "int8": ("--variant", "int8", "--search", "loop"),
+    "search-fp32": ("--variant", "fp32", "--search", "graph"),
+    "search-int8": ("--variant", "int8", "--search", "graph"),
+}
+
+
+def imported_words(request: pytest.FixtureRequest, name: str, tmp_path: Path) -> tuple:
+    """(bundle, words file) of an imported case: its --data inputs, then IMPORTED_EXTRA."""
+    case = request.getfixturevalue(name)
+    lines = case["data"].read_text(encoding="utf-8").splitlines()
+    words = [line.split("\t")[0] for line in lines] + IMPORTED_EXTRA[name]
+    path = tmp_path / "words.txt"
+    path.write_text("".join(f"{w}\n" for w in words), encoding="utf-8")
+    return case["bundle"], path
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_arm64_imported_bundle_equals_x86(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path
+) -> None:
+    """Both graphs and the search graph, fp32 and int8, of an imported bundle on emulated
+    ARM64 = `edgeseq generate` on x86 (what `make edge EDGE_SOURCE=...` checks)."""
+    need_arm64()
+    bundle, words = imported_words(request, name, tmp_path)
+    arm64(bundle, words, tmp_path, *IMPORTED_VARIANTS)
+    for variant, flags in IMPORTED_VARIANTS.items():
+        got = (tmp_path / f"arm64-{variant}.txt").read_text(encoding="utf-8").splitlines()
+        assert got == x86_outputs(bundle, words, *flags), variant
+
+
+@pytest.mark.parametrize("name", IMPORTED)
+def test_browser_imported_bundle_equals_python(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path
+) -> None:
+    """runtime/web on an imported bundle (Marian: the Unigram tokenizer) = `edgeseq generate`:
+    the loop, and the search graph (fp32 greedy, int8 beam 4) in the CLI's batches."""
+    need_browser()
+    bundle, words = imported_words(request, name, tmp_path)
+    result = browser_check(bundle, words, tmp_path)
+    assert result.returncode == 0, result.stderr
+    got = (tmp_path / "browser-fp32.txt").read_text(encoding="utf-8").splitlines()
+    want = x86_outputs(bundle, words)
+    assert len(want) == len(words.read_text(encoding="utf-8").splitlines())
+    assert got == want
+    for variant, beams, batch in (("fp32", 1, 32), ("int8", 4, 4)):
+        search = ("--variant", variant, "--search", "graph", "--beams", str(beams))
+        result = browser_check(bundle, words, tmp_path, *search, "--batch-size", str(batch))
+        assert result.returncode == 0, result.stderr
+        got = (tmp_path / f"browser-search-{variant}.txt").read_text("utf-8").splitlines()
+        flags = (*IMPORTED_VARIANTS[f"search-{variant}"], "--beam", str(beams))
+        assert got == x86_outputs(bundle, words, *flags, "--batch-size", str(batch)), variant

@@ -13,33 +13,18 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from import_cases import TORCH_DATA
 
 from edgeseq.cli.main import cli
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLE = ROOT / "examples" / "torch_transformer"
-DATA = ["a b c", "h e l l o", "w o r l d", "z y x w", "q"]
+DATA = TORCH_DATA
 
 
 @pytest.fixture(scope="module")
-def torch_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def torch_case(torch_import: dict[str, Any]) -> dict[str, Any]:
     """The example model (random weights, a short positional table), exported by the CLI
-    with held-out inputs from --data."""
-    root = tmp_path_factory.mktemp("import")
-    source = root / "tx"
-    subprocess.run(
-        [sys.executable, str(EXAMPLE / "make_example.py"), str(source)], check=True, timeout=120
-    )
-    mapping = json.loads((source / "torch_source.json").read_text(encoding="utf-8"))
-    mapping["max_len"] = 24  # positions kept: random (never-ending) outputs stay short
-    (source / "torch_source.json").write_text(json.dumps(mapping), encoding="utf-8")
-    data = root / "data.txt"
-    data.write_text("\n".join(DATA) + "\n", encoding="utf-8")
-    bundle = root / "bundle"
-    args = ["export", str(source / "torch_source.json"), "--out", str(bundle)]
-    result = CliRunner().invoke(cli, [*args, "--data", str(data), "--variants", "fp32,int8"])
-    assert result.exit_code == 0, result.output
-    return {"source": source, "data": data, "bundle": bundle, "output": result.output}
+    with held-out inputs from --data (tests/import_cases.py: DATA, fp32, int8 and search)."""
+    return torch_import
 
 
 def test_the_manifest_holds_parity_against_the_users_module(torch_case) -> None:
@@ -134,21 +119,10 @@ MARIAN_DATA += [">>deu<< café crème\tKaffee", "3 × 7 = 21?\t3 × 7 = 21?"]
 
 
 @pytest.fixture(scope="module")
-def marian_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A tiny random MarianMT directory (tests/hf_fixtures.py) exported by the CLI."""
-    pytest.importorskip("transformers", reason="the hf extra is not installed")
-    pytest.importorskip("sentencepiece", reason="the hf extra is not installed")
-    from hf_fixtures import build_marian_dir
-
-    root = tmp_path_factory.mktemp("marian")
-    source = build_marian_dir(root / "opus-mt-tiny")
-    data = root / "data.tsv"
-    data.write_text("\n".join(MARIAN_DATA) + "\n", encoding="utf-8")
-    bundle = root / "bundle"
-    args = ["export", str(source), "--out", str(bundle), "--data", str(data)]
-    result = CliRunner().invoke(cli, [*args, "--variants", "fp32,search"])
-    assert result.exit_code == 0, result.output
-    return {"source": source, "bundle": bundle, "output": result.output}
+def marian_case(marian_import: dict[str, Any]) -> dict[str, Any]:
+    """A tiny MarianMT directory (tests/hf_fixtures.py, trained to copy words) exported by the
+    CLI with every variant (tests/import_cases.py)."""
+    return marian_import
 
 
 def test_marian_bundle_reproduces_marian_generate(marian_case) -> None:

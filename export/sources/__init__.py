@@ -3,6 +3,7 @@
     source = open_source("runs/rev/best")              # the adapter that recognises the path
     source.model, source.tokenizers, source.task       # our module, its vocabularies, its task
     source.reference                                   # the original model, for parity
+    detect_adapter("opus-mt-en-de")                    # "marian" (None: no adapter reads it)
 
 An adapter reads one source format and returns a `SourceModel`: a PyTorch module of our
 family (build_model: `Seq2SeqTransformer`, `DecoderOnlyTransformer`, `EncoderOnlyTransformer`)
@@ -66,6 +67,7 @@ class SourceModel:
     adapter: str  # the adapter's NAME
     description: str  # one line: what was loaded
     reference: SourceReference | None = None  # None: the model is the source (edgeseq)
+    weights: tuple[Path, ...] = ()  # the files its weights were read from (sizes in reports)
 
 
 def adapter_module(name: str) -> ModuleType:
@@ -75,12 +77,15 @@ def adapter_module(name: str) -> ModuleType:
     return importlib.import_module(f"{__name__}.{ADAPTER_MODULES[name]}")
 
 
+def detect_adapter(path: str | Path) -> str | None:
+    """The name of the first adapter in ADAPTERS whose `detect` accepts `path`, else None."""
+    return next((name for name in ADAPTERS if adapter_module(name).detect(Path(path))), None)
+
+
 def open_source(path: str | Path, adapter: str | None = None, **options: Any) -> SourceModel:
     """Load `path` with the adapter called `adapter`, or the first in ADAPTERS whose
     `detect` accepts it (an edgeseq checkpoint when none does, whose loader names what is
     missing)."""
     if adapter is None:
-        adapter = next(
-            (name for name in ADAPTERS if adapter_module(name).detect(Path(path))), ADAPTERS[0]
-        )
+        adapter = detect_adapter(path) or ADAPTERS[0]
     return adapter_module(adapter).load(Path(path), **options)

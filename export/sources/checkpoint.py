@@ -22,7 +22,10 @@ def detect(path: Path) -> bool:
 
 def load(path: Path, **options: Any) -> SourceModel:
     """The checkpoint's model (eval mode, CPU), tokenizers and task."""
-    from edgeseq.build_model.checkpoint import load_checkpoint
+    from edgeseq.build_model.checkpoint import MODEL_FILE, load_checkpoint
 
     model, tokenizers, meta = load_checkpoint(path)
-    return SourceModel(model, tokenizers, meta.task, NAME, f"edgeseq checkpoint {path}")
+    description = f"edgeseq checkpoint {path}"
+    return SourceModel(
+        model, tokenizers, meta.task, NAME, description, weights=(Path(path) / MODEL_FILE,)
+    )

@@ -100,9 +100,9 @@ def load(path: Path, **options: Any) -> SourceModel:
     target_tok = source_tok if target is source else Tokenizer(target, "unigram")
     reference = MarianReference(path, src_pad, tgt_pad)
     description = f"Hugging Face MarianMT checkpoint {path}"
-    return SourceModel(
-        model, TokenizerPair(source_tok, target_tok), None, NAME, description, reference
-    )
+    tokenizers = TokenizerPair(source_tok, target_tok)
+    weights = (weights_file(path),)
+    return SourceModel(model, tokenizers, None, NAME, description, reference, weights)
 
 
 # -- config.json, the vocabularies and the weights --------------------------------------------
@@ -172,11 +172,17 @@ def _vocabulary_pads(path: Path, config: dict[str, Any]) -> tuple[int, int]:
     return pads[0], pads[1]
 
 
-def read_weights(path: Path) -> dict[str, Tensor]:
-    """model.safetensors, else pytorch_model.bin read with torch.load(weights_only=True)."""
+def weights_file(path: Path) -> Path:
+    """model.safetensors, else pytorch_model.bin (SourceError when neither exists)."""
     file = next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
     if file is None:
         raise SourceError(f"{path} has neither {' nor '.join(WEIGHT_FILES)}")
+    return file
+
+
+def read_weights(path: Path) -> dict[str, Tensor]:
+    """model.safetensors, else pytorch_model.bin read with torch.load(weights_only=True)."""
+    file = weights_file(path)
     if file.suffix == ".safetensors":
         from safetensors.torch import load_file
 

@@ -125,9 +125,9 @@ def load(path: Path, mapping: dict[str, Any] | None = None, **overrides: Any) ->
     reference = TorchReference(parts, src_vocab, tgt_vocab)
     what = mapping["factory"] if isinstance(mapping["factory"], str) else "a factory"
     description = f"torch.nn.Transformer model from {what} with weights {mapping['weights']}"
-    return SourceModel(
-        model, TokenizerPair(source_tok, target_tok), None, NAME, description, reference
-    )
+    tokenizers = TokenizerPair(source_tok, target_tok)
+    weights = (base / mapping["weights"],)
+    return SourceModel(model, tokenizers, None, NAME, description, reference, weights)
 
 
 # -- reading the mapping, the module and its weights ------------------------------------------

@@ -2,9 +2,12 @@
 
     python scripts/edge/edge_check.py                      # what `make edge` runs
     python scripts/edge/edge_check.py --targets browser --variants fp32,search-fp32 --inputs 20
+    python scripts/edge/edge_check.py --bundle bundles/marian --data heldout.tsv   # any bundle
 
 Inputs: the first N distinct words of the g2p task's test split (the shipped model's own
-held-out words), written to OUT/words.txt. Variants: fp32 and int8 are the two graphs driven
+held-out words), or with --data FILE the first N distinct inputs of a file in `edgeseq export
+--data`'s format (one input per line, optionally TAB and references: the references are
+ignored), written to OUT/words.txt. Variants: fp32 and int8 are the two graphs driven
 by a decode loop (`edgeseq generate --search loop`); search-fp32 and search-int8 are the
 bundle's one-graph BeamSearch variant of that precision (`edgeseq generate --search graph`,
 greedy). Reference: that `edgeseq generate BUNDLE --input words.txt` command on this
@@ -90,6 +93,14 @@ def test_words(n: int) -> list[str]:
 
     words = dict.fromkeys(text for text, _ in load_task("g2p", stress=True).split("test"))
     return list(words)[:n]
+
+
+def data_inputs(path: Path, n: int) -> list[str]:
+    """The first `n` distinct non-empty inputs of an `edgeseq export --data` file (the text
+    before the first TAB of each line)."""
+    lines = path.read_text(encoding="utf-8").splitlines()
+    inputs = dict.fromkeys(line.split("\t")[0] for line in lines if line.split("\t")[0].strip())
+    return list(inputs)[:n]
 
 
 def read_lines(path: Path) -> list[str]:
@@ -182,7 +193,10 @@ def main(argv: list[str] | None = None) -> int:
     """Parse arguments, run the checks, print the table; 1 when an fp32 row differs."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bundle", type=Path, default=REPO / "bundles" / "g2p-en")
-    parser.add_argument("--inputs", type=int, default=240, help="test words (default 240)")
+    parser.add_argument("--inputs", type=int, default=240, help="inputs (default 240)")
+    parser.add_argument(
+        "--data", type=Path, help="inputs from this file (edgeseq export --data's format)"
+    )
     parser.add_argument("--targets", default="arm64,browser", help="arm64, browser or both")
     parser.add_argument(
         "--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (default all)"
@@ -211,7 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.screenshot:
         Path(args.screenshot).parent.mkdir(parents=True, exist_ok=True)
     words = args.out / "words.txt"
-    words.write_text("".join(f"{w}\n" for w in test_words(args.inputs)), encoding="utf-8")
+    if args.data is not None and not args.data.is_file():
+        sys.exit(f"error: --data {args.data} is not a file; pass the inputs file")
+    texts = data_inputs(args.data, args.inputs) if args.data else test_words(args.inputs)
+    words.write_text("".join(f"{w}\n" for w in texts), encoding="utf-8")
     reference = {}
     rows = []
     for variant in dict.fromkeys(["fp32", *variants]):  # the fp32 loop: every row's yardstick
