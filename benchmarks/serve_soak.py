@@ -1,7 +1,7 @@
 """Soak test of `edgeseq serve`: minutes of mixed traffic on 127.0.0.1 against a server it
 starts itself, checking that nothing leaks, fails or is lost.
 
-    python benchmarks/soak_serve.py bundles/g2p-en --minutes 10 --clients 8
+    python benchmarks/serve_soak.py bundles/g2p-en --minutes 10 --clients 8
 
 Traffic, drawn at random by each client thread, one request at a time on its own connection:
 valid requests (greedy, beam 3 with n-best 2, seeded sampling) of 1-4 words, bodies that are
