@@ -30,12 +30,12 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
-from .fused_ops import masked_self_attention, padded_attention
+from .fused_ops import masked_self_attention
 from .onnx_export import GraphInfo, _dims, _run, decoder_example, example_sizes
 from .quantize import PER_CHANNEL, REDUCE_RANGE, quantize_graph
 from .steps_parity import steps_parity_group
 from .variants import GRAPH_FILES
-from .wrappers import FusedLinear
+from .wrappers import FusedDecoderStep
 
 STEPS_PRECISIONS = tuple(C.STEPS_FILES)  # fp32, and int8 when the bundle has int8
 
@@ -77,19 +77,13 @@ class OnnxStepsDecoder(nn.Module):
         return (logits, *present_k, *present_v)
 
 
-class FusedStepsDecoder(nn.Module):
-    """`OnnxStepsDecoder`'s graph with `FusedDecoderStep`'s fused operators: one Q/K/V
-    projection and one `MultiHeadAttention` node per self-attention, whose key padding mask
-    is tgt_mask (onnxruntime's CPU kernel takes a mask of past + new length with a cache)."""
+class FusedStepsDecoder(FusedDecoderStep):
+    """`OnnxStepsDecoder`'s graph with `FusedDecoderStep`'s fused operators (and module
+    names, which int8 groups weights by: export/quantize.py): one Q/K/V projection and one
+    `MultiHeadAttention` node per self-attention, whose key padding mask is tgt_mask
+    (onnxruntime's CPU kernel takes a mask of past + new length with a cache)."""
 
-    def __init__(self, model: Seq2SeqTransformer) -> None:
-        super().__init__()
-        self.model = model
-        attns = [layer.self_attn for layer in model.decoder_layers]
-        # Named as in FusedDecoderStep: int8 groups weights by module path (export/quantize.py).
-        self.decoder_layers = nn.ModuleList(FusedLinear(a.w_q, a.w_k, a.w_v) for a in attns)
-
-    def forward(
+    def forward(  # type: ignore[override]
         self,
         input_ids: Tensor,
         past_k: tuple[Tensor, ...],
@@ -101,24 +95,14 @@ class FusedStepsDecoder(nn.Module):
         tgt_mask: Tensor,
     ) -> tuple[Tensor, ...]:
         """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
-        model, cfg = self.model, self.model.cfg
-        src_keep, tgt_keep = src_mask.to(torch.int32), tgt_mask.to(torch.int32)  # (B, S), (B, P+N)
+        model, n_heads = self.model, self.model.cfg.n_heads
+        tgt_keep = tgt_mask.to(torch.int32)  # (B, P+N)
         x = model.dropout(model.tgt_pos.at(model.tgt_embed(input_ids), position_ids))
-        present_k, present_v = [], []
-        for i, layer in enumerate(model.decoder_layers):
-            h = layer.sub_self.inner(x)
-            q, k, v = self.decoder_layers[i](h).split(cfg.d_model, dim=-1)
-            attn, k, v = masked_self_attention(q, k, v, past_k[i], past_v[i], tgt_keep, cfg.n_heads)
-            present_k.append(k)
-            present_v.append(v)
-            x = layer.sub_self.outer(x, layer.self_attn.w_o(attn))
-            q = layer.cross_attn.w_q(layer.sub_cross.inner(x))
-            attn = padded_attention(q, cross_k[i], cross_v[i], src_keep, cfg.n_heads)
-            x = layer.sub_cross.outer(x, layer.cross_attn.w_o(attn))
-            x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
-        if model.decoder_norm is not None:
-            x = model.decoder_norm(x)
-        return (model.output(x), *present_k, *present_v)
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            return masked_self_attention(q, k, v, past_k[i], past_v[i], tgt_keep, n_heads)
+
+        return self.layers(x, attend, cross_k, cross_v, src_mask)
 
 
 def steps_example(cfg: ModelConfig) -> tuple[Any, ...]:

@@ -13,6 +13,8 @@ V = tgt vocab.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -20,6 +22,9 @@ from torch import Tensor, nn
 from edgeseq.build_model.model import Seq2SeqTransformer
 
 from .fused_ops import cached_self_attention, padded_attention
+
+# (layer index, q, k, v) -> (attention output, present_k, present_v) of that layer
+SelfAttention = Callable[[int, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
 
 
 class OnnxEncoder(nn.Module):
@@ -169,14 +174,32 @@ class FusedDecoderStep(nn.Module):
         src_mask: Tensor,
     ) -> tuple[Tensor, ...]:
         """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
+        model, n_heads = self.model, self.model.cfg.n_heads
+        x = model.dropout(model.tgt_pos(model.tgt_embed(input_ids), offset=past_k[0].shape[2]))
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            return cached_self_attention(q, k, v, past_k[i], past_v[i], n_heads)
+
+        return self.layers(x, attend, cross_k, cross_v, src_mask)
+
+    def layers(
+        self,
+        x: Tensor,
+        attend: SelfAttention,
+        cross_k: tuple[Tensor, ...],
+        cross_v: tuple[Tensor, ...],
+        src_mask: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """The decoder layers on embedded x (B, N, D), self-attention by `attend(i, q, k, v)`
+        -> (attention (B, N, D), present_k, present_v) for layer i -> logits (B, N, V), L
+        present_k then L present_v."""
         model, cfg = self.model, self.model.cfg
         keep = src_mask.to(torch.int32)  # (B, S)
-        x = model.dropout(model.tgt_pos(model.tgt_embed(input_ids), offset=past_k[0].shape[2]))
         present_k, present_v = [], []
         for i, layer in enumerate(model.decoder_layers):
             h = layer.sub_self.inner(x)
             q, k, v = self.decoder_layers[i](h).split(cfg.d_model, dim=-1)
-            attn, k, v = cached_self_attention(q, k, v, past_k[i], past_v[i], cfg.n_heads)
+            attn, k, v = attend(i, q, k, v)
             present_k.append(k)
             present_v.append(v)
             x = layer.sub_self.outer(x, layer.self_attn.w_o(attn))
