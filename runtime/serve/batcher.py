@@ -31,6 +31,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ..errors import EdgeseqError
 from ..generator import Generator, Result
@@ -109,6 +110,23 @@ def run_merged(
     return out
 
 
+def enqueue(queue: Any, job: Any, inputs: int) -> None:
+    """Append `job` (of `inputs` inputs) to `queue._waiting` under `queue._cv` and wake a
+    worker; ShuttingDownError once `queue._closing`, QueueFullError when it would hold more
+    than `queue.settings.max_queue` inputs. Shared by Batcher and continuous.StepBatcher."""
+    with queue._cv:
+        if queue._closing:
+            raise ShuttingDownError("the server is shutting down; send the request elsewhere")
+        if inputs > queue.settings.max_queue - queue._queued_inputs:
+            raise QueueFullError(
+                f"the queue is full ({queue._queued_inputs} inputs waiting, at most "
+                f"{queue.settings.max_queue}); retry later"
+            )
+        queue._waiting.append(job)
+        queue._queued_inputs += inputs
+        queue._cv.notify()
+
+
 class Batcher:
     """A bounded queue of requests and the worker threads that run them in batches."""
 
@@ -146,18 +164,7 @@ class Batcher:
         """Queue a request; its future gets list[Result] (one per text) or an exception.
         Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
         job = Job(list(texts), options, tokens, time.monotonic() + timeout_s)
-        with self._cv:
-            if self._closing:
-                raise ShuttingDownError("the server is shutting down; send the request elsewhere")
-            room = self.settings.max_queue - self._queued_inputs
-            if len(texts) > room:
-                raise QueueFullError(
-                    f"the queue is full ({self._queued_inputs} inputs waiting, at most "
-                    f"{self.settings.max_queue}); retry later"
-                )
-            self._waiting.append(job)
-            self._queued_inputs += len(texts)
-            self._cv.notify()
+        enqueue(self, job, len(texts))
         return job.future
 
     def close(self, timeout_s: float | None = None) -> None:

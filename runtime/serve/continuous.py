@@ -44,7 +44,7 @@ from .batcher import (
     BatchSettings,
     QueueFullError,
     RequestTimeoutError,
-    ShuttingDownError,
+    enqueue,
     run_merged,
 )
 from .live_batch import LiveBatch, StepsDecoder
@@ -140,17 +140,7 @@ class StepBatcher:
         if options.method != "greedy":
             raise OptionsError("step batching runs greedy requests; send this one to Batcher")
         job = StepJob(list(texts), options, time.monotonic() + timeout_s)
-        with self._cv:
-            if self._closing:
-                raise ShuttingDownError("the server is shutting down; send the request elsewhere")
-            if len(texts) > self.settings.max_queue - self._queued_inputs:
-                raise QueueFullError(
-                    f"the queue is full ({self._queued_inputs} inputs waiting, at most "
-                    f"{self.settings.max_queue}); retry later"
-                )
-            self._waiting.append(job)
-            self._queued_inputs += len(texts)
-            self._cv.notify()
+        enqueue(self, job, len(texts))
         return job.future
 
     def close(self, timeout_s: float | None = None) -> None:
