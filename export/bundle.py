@@ -27,12 +27,14 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.bundle import version_key
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
 from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadata
 
 from .heldout import HeldOut
+from .in_place_graph import build_in_place_variant
+from .in_place_parity import check_in_place_parity
 from .limits import LEVEL3_MIN_INPUTS
 from .onnx_export import GraphInfo, edgeseq_version, export_decoder, export_encoder
 from .search_parity import build_search_variant, check_search_parity
@@ -40,7 +42,13 @@ from .source_parity import check_source_parity, source_parity
 from .sources import SourceReference
 from .steps_graph import build_steps_variant
 from .steps_parity import check_steps_parity
-from .variants import SEARCH_VARIANT, STEPS_VARIANT, VariantOptions, build_variants
+from .variants import (
+    IN_PLACE_VARIANT,
+    SEARCH_VARIANT,
+    STEPS_VARIANT,
+    VariantOptions,
+    build_variants,
+)
 from .verify import check_parity, open_engine, random_sources, run_parity
 
 # Oldest onnxruntime able to load a graph of this IR version / default-domain opset
@@ -225,6 +233,11 @@ def _write_into(
     reference: SourceReference | None,
 ) -> dict[str, Any]:
     """Every step of `export_bundle` inside the (temporary) `directory`."""
+    if IN_PLACE_VARIANT in variants.names and not fuse:
+        raise OptionsError(
+            "the inplace variant is a fused graph (onnxruntime's "
+            "DecoderMaskedMultiHeadAttention); drop --no-fuse or the inplace variant"
+        )
     start = time.perf_counter()
     vocabulary = fingerprints(tokenizers)  # in every graph's metadata_props and the manifest
     metadata = graph_metadata(vocabulary)
@@ -280,6 +293,17 @@ def _write_into(
             parity["steps"] = group
             parity["passed"] = parity["passed"] and group["passed"]
             check_steps_parity(parity)
+    in_place = None
+    if IN_PLACE_VARIANT in variants.names:
+        say("variant inplace: a decoder whose cache is written in place (beam search)")
+        in_place, group = build_in_place_variant(
+            directory, model, table, sources=held.sources if verify and held else None,
+            opset=opset, metadata=metadata, max_new_tokens=max_new_tokens, progress=say,
+        )  # fmt: skip
+        if group is not None:
+            parity["inplace"] = group
+            parity["passed"] = parity["passed"] and group["passed"]
+            check_in_place_parity(parity)
     search = None
     if SEARCH_VARIANT in variants.names:
         say("variant search: one BeamSearch graph per precision")
@@ -300,6 +324,7 @@ def _write_into(
     extra: dict[str, Any] = {MANIFEST_KEY: vocabulary}
     extra |= {"search": search} if search is not None else {}
     extra |= {"steps": steps} if steps is not None else {}
+    extra |= {"inplace": in_place} if in_place is not None else {}
     return write_manifest(
         directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
     )

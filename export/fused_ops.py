@@ -1,15 +1,21 @@
-"""Three attention operators that export as onnxruntime's `com.microsoft` `MultiHeadAttention`.
+"""Attention operators that export as onnxruntime's `com.microsoft` attention nodes.
 
     out, present_k, present_v = cached_self_attention(q, k, v, past_k, past_v, n_heads)
     out = padded_attention(q, k, v, keep, n_heads)
     out, present_k, present_v = masked_self_attention(q, k, v, past_k, past_v, keep, n_heads)
+    out, cache_k, cache_v = in_place_self_attention(q, k, v, keep, cache_k, cache_v,
+                                                    past_len, beam_width, indirection, n_heads)
 
 Each is a `torch.library` custom op: in PyTorch it runs a reference implementation (the same
 arithmetic as `build_model.model.MultiHeadAttention.attend`), and `TRANSLATIONS` maps it to
 one `MultiHeadAttention` node for `torch.onnx.export(custom_translation_table=...)`. The node
 does the head split and merge, the scaling, the masking, the softmax, both products and
 (self-attention) the cache concatenation, which the plain export spells as a dozen nodes.
-Shapes: B batch, N new tokens, P cached tokens, S keys, H heads, dh head size, D = H * dh.
+The last is `DecoderMaskedMultiHeadAttention` with a shared past/present buffer: the cache
+is a preallocated (B, H, M, dh) buffer that the node writes the new key and value into, and
+beam search reorders hypotheses through a cache indirection instead of copying the cache.
+Shapes: B batch, N new tokens, P cached tokens, S keys, H heads, dh head size, D = H * dh,
+M cache buffer length, W beam width.
 """
 
 from __future__ import annotations
@@ -106,6 +112,49 @@ def _(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, n_heads: int):
     return q.new_empty(q.shape)
 
 
+@torch.library.custom_op("edgeseq::in_place_self_attention", mutates_args=())
+def in_place_self_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    keep: Tensor,
+    cache_k: Tensor,
+    cache_v: Tensor,
+    past_len: Tensor,
+    beam_width: Tensor,
+    indirection: Tensor,
+    n_heads: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Self-attention of one new token per row over a cache kept in a (B, H, M, dh) buffer.
+
+    q/k/v (B, 1, D) projected; keep (B, P+1) int32, 1 at slots a row may attend to;
+    cache_k/cache_v (B, H, M, dh) with P = past_len[0] positions filled; beam_width (1,) W;
+    indirection (B/W, W, M) int32: row n*W + w reads position t from buffer row
+    n*W + indirection[n, w, t] (only read with W > 1) -> out (B, 1, D), and the buffers with
+    the new key and value written at position P of each row (in ONNX the same memory)."""
+    past, width = int(past_len.reshape(-1)[0]), int(beam_width.reshape(-1)[0])
+    rows = torch.arange(q.shape[0], device=q.device)
+    if width > 1:  # (B, P): the buffer row holding each row's position t
+        offsets = indirection.reshape(-1, cache_k.shape[2])[:, :past]
+        held = (rows // width * width)[:, None] + offsets
+    else:
+        held = rows[:, None].expand(-1, past)
+    positions = torch.arange(past, device=q.device)
+    new_k, new_v = _split(k, n_heads), _split(v, n_heads)  # (B, H, 1, dh)
+    keys = torch.cat([cache_k[held, :, positions].transpose(1, 2), new_k], dim=2)
+    values = torch.cat([cache_v[held, :, positions].transpose(1, 2), new_v], dim=2)
+    out = _attend(_split(q, n_heads), keys, values, keep.bool()[:, None, None, :])
+    present_k, present_v = cache_k.clone(), cache_v.clone()
+    present_k[:, :, past] = new_k[:, :, 0]
+    present_v[:, :, past] = new_v[:, :, 0]
+    return out, present_k, present_v
+
+
+@in_place_self_attention.register_fake
+def _(q, k, v, keep, cache_k, cache_v, past_len, beam_width, indirection, n_heads):
+    return q.new_empty(q.shape), cache_k.new_empty(cache_k.shape), cache_v.new_empty(cache_v.shape)
+
+
 @onnxscript.script(MS, default_opset=op)
 def _cached_self_attention_onnx(
     q: FLOAT, k: FLOAT, v: FLOAT, past_k: FLOAT, past_v: FLOAT, n_heads: int
@@ -157,8 +206,42 @@ def _padded_attention_onnx(q: FLOAT, k: FLOAT, v: FLOAT, keep: INT32, n_heads: i
     return out
 
 
+@onnxscript.script(MS, default_opset=op)
+def _in_place_self_attention_onnx(
+    q: FLOAT,
+    k: FLOAT,
+    v: FLOAT,
+    keep: INT32,
+    cache_k: FLOAT,
+    cache_v: FLOAT,
+    past_len: INT32,
+    beam_width: INT32,
+    indirection: INT32,
+    n_heads: int,
+) -> tuple[FLOAT, FLOAT, FLOAT]:
+    """ONNX translation of `in_place_self_attention`: one DecoderMaskedMultiHeadAttention
+    node whose past and present share one buffer (bind the same OrtValue to both)."""
+    out, present_k, present_v = MS.DecoderMaskedMultiHeadAttention(
+        q,
+        k,
+        v,
+        keep,
+        None,
+        cache_k,
+        cache_v,
+        past_len,
+        beam_width,
+        indirection,
+        num_heads=n_heads,
+        past_present_share_buffer=1,
+        mask_filter_value=-1e30,
+    )
+    return out, present_k, present_v
+
+
 TRANSLATIONS = {
     torch.ops.edgeseq.cached_self_attention.default: _cached_self_attention_onnx,
     torch.ops.edgeseq.padded_attention.default: _padded_attention_onnx,
     torch.ops.edgeseq.masked_self_attention.default: _masked_self_attention_onnx,
+    torch.ops.edgeseq.in_place_self_attention.default: _in_place_self_attention_onnx,
 }

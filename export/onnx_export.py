@@ -72,6 +72,7 @@ METADATA_KEYS = (
 ONNX_DTYPES = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.INT64: "int64"}
 ONNX_DTYPES[onnx.TensorProto.BOOL] = "bool"
 ONNX_DTYPES[onnx.TensorProto.FLOAT16] = "float16"
+ONNX_DTYPES[onnx.TensorProto.INT32] = "int32"
 
 
 class ExportError(EdgeseqError):

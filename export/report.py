@@ -72,6 +72,7 @@ def format_parity(report: dict[str, Any]) -> str:
         rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
     rows += search_parity_rows(report.get("search"))
     rows += steps_parity_rows(report.get("steps"))
+    rows += in_place_parity_rows(report.get("inplace"))
     rows += source_parity_rows(report.get("source"))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
@@ -227,6 +228,21 @@ def steps_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str,
         check = f"{precision} steps decoder: {entry['rows']} rows at different positions = alone"
         result = ("ok" if entry["passed"] else "FAIL") if precision == "fp32" else "report"
         rows.append(("2", check, f"{entry['max_abs_diff']:.1e}", result))
+    return rows
+
+
+def in_place_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """Rows (level, check, value, result) of a parity report's "inplace" group: beam search
+    with the in-place cache decoder vs decoder.onnx (fp32 gated)."""
+    rows = []
+    for precision in C.IN_PLACE_FILES if group else ():
+        entry = group.get(precision) if group else None
+        if not entry:
+            continue
+        check = f"{precision} in-place decoder: identical beam-{entry['beam']} hypotheses"
+        result = ("ok" if entry["passed"] else "FAIL") if precision == "fp32" else "report"
+        value = f"{entry['identical_rows']}/{entry['rows']}"
+        rows.append(("3", check, value, result))
     return rows
 
 

@@ -165,7 +165,7 @@ def _name_total_axis(path: Path, info: GraphInfo) -> None:
     info.bytes = path.stat().st_size
 
 
-def _quantize_like_int8(source: Path, target: Path, int8_entry: dict[str, Any]) -> None:
+def quantize_like_int8(source: Path, target: Path, int8_entry: dict[str, Any]) -> None:
     """Quantize `source` to `target` with the settings (and fp32-kept layer groups) the int8
     variant's decoder was quantized with."""
     how = int8_entry.get("quantization") or {}
@@ -202,7 +202,7 @@ def build_steps_variant(
     for precision in precisions:
         path = directory / C.STEPS_FILES[precision]
         if precision == "int8":
-            _quantize_like_int8(fp32, path, table["int8"])
+            quantize_like_int8(fp32, path, table["int8"])
             say(
                 f"  {path.name}: {path.stat().st_size / 1e6:.2f} MB (quantized as the int8 decoder)"
             )

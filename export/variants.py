@@ -40,9 +40,9 @@ from .limits import DEFAULT_MAX_METRIC_DROP
 from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
 from .verify import LEVEL3_BATCH, open_engine
 
-SEARCH_VARIANT = "search"  # one BeamSearch graph per precision: export/search_parity.py
-STEPS_VARIANT = "steps"  # a decoder for step batching per precision: export/steps_graph.py
-VARIANT_NAMES = ("fp32", "int8", "fp16", "ort", SEARCH_VARIANT, STEPS_VARIANT)
+# Not graph pairs, built after the others: export/search_graph.py, steps_graph.py, in_place_graph.py
+SEARCH_VARIANT, STEPS_VARIANT, IN_PLACE_VARIANT = EXTRA_DECODERS = ("search", "steps", "inplace")
+VARIANT_NAMES = ("fp32", "int8", "fp16", "ort", *EXTRA_DECODERS)
 GRAPH_FILES = {
     "fp32": (C.ENCODER_FILE, C.DECODER_FILE),
     "int8": ("encoder.int8.onnx", "decoder.int8.onnx"),
@@ -360,7 +360,7 @@ def build_variants(
         table["fp32"]["metric"] = ref.metric
         table["fp32"]["scores"] = {k: round(v, 6) for k, v in ref.scores.items()}
     for name in options.names[1:]:
-        if name in (SEARCH_VARIANT, STEPS_VARIANT):  # not graph pairs: built after the others
+        if name in EXTRA_DECODERS:
             continue
         say(f"variant {name}")
         if name == "int8":

@@ -191,9 +191,9 @@ def _graph_files(
     path: Path, variants: dict[str, tuple[Path, ...]], manifest: dict[str, Any], listed: set[str]
 ) -> list[Path]:
     """Every graph file of the bundle: each variant's, and the listed one-graph search and
-    step-batching decoder files."""
+    step-batching and in-place cache decoder files."""
     graphs = {p for files in variants.values() for p in files}
-    for key in ("search", "steps"):
+    for key in ("search", "steps", "inplace"):
         extra = manifest.get(key)
         for entry in extra.values() if isinstance(extra, dict) else ():
             name = entry.get("file") if isinstance(entry, dict) else None

@@ -158,3 +158,21 @@ STEPS_TOTAL_LEN = f"{PAST_LEN} + {NEW_LEN}"  # the mask's axis, as decoder.onnx 
 def steps_decoder_inputs(n_layers: int) -> tuple[str, ...]:
     """decoder_inputs, then position_ids and tgt_mask."""
     return (*decoder_inputs(n_layers), POSITION_IDS, TGT_MASK)
+
+
+# In-place cache variant (optional, `--variants ...,inplace`; docs/bundle.md): a decoder-step
+# graph for one new token per row whose self-attention cache is a preallocated buffer bound as
+# both past_k.i and present_k.i (a com.microsoft DecoderMaskedMultiHeadAttention node writes
+# the new key and value at past_length), and whose beam reordering is a cache indirection.
+IN_PLACE_FILES = {"fp32": "decoder.inplace.onnx", "int8": "decoder.inplace.int8.onnx"}
+CACHE_LEN = "cache_len"  # the buffers' position axis (>= past_len + 1)
+CACHE_MASK = "cache_mask"  # int32 [batch, past_len + 1], 1 at the slots a row may attend to
+PAST_LENGTH = "past_length"  # int32 [1]: positions already in the buffers (the new token's)
+BEAM_WIDTH = "beam_width"  # int32 [1]: rows per input (1: no indirection is read)
+CACHE_INDIRECTION = "cache_indirection"  # int32 [batch / beam_width, beam_width, cache_len]
+IN_PLACE_TOTAL_LEN = f"{PAST_LEN} + 1"
+
+
+def in_place_decoder_inputs(n_layers: int) -> tuple[str, ...]:
+    """decoder_inputs, then cache_mask, past_length, beam_width and cache_indirection."""
+    return (*decoder_inputs(n_layers), CACHE_MASK, PAST_LENGTH, BEAM_WIDTH, CACHE_INDIRECTION)

@@ -127,6 +127,12 @@ class Generator:
         generator.variant = variant
         return generator
 
+    def loop_model(self, options: GenerationOptions) -> StepModel:
+        """The step model the two-graph loop runs `options` on (kinds with more than one
+        decoder graph choose per search method)."""
+        assert self.step_model is not None, "a kind without a step model has no loop"
+        return self.step_model
+
     @classmethod
     def open(cls, bundle: Bundle, how: OpenOptions) -> Generator:
         """Open `bundle`'s graphs as `how` says, for this kind (each kind overrides it)."""
@@ -228,7 +234,7 @@ class Generator:
             hyps, unsure = graph.run(self._padded(batch), options) if graph else (None, [])
             if hyps is None or (any(unsure) and self.search_mode == "auto"):
                 # the loop's answer where the graph's could differ (graph_search.may_differ)
-                hyps = search(self.step_model, self._padded(batch), options, rngs)
+                hyps = search(self.loop_model(options), self._padded(batch), options, rngs)
             for i, row_hyps in zip(rows, hyps, strict=True):
                 nbest = tuple(self._candidate(h) for h in row_hyps)
                 best = nbest[0]

@@ -320,3 +320,31 @@ def torch_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     from import_cases import export_torch
 
     return export_torch(tmp_path_factory.mktemp("torch-import"))
+
+
+# -- the in-place cache decoder (issue 38): runtime_model with fp32, int8 and inplace ---------
+@pytest.fixture(scope="session")
+def in_place_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runtime_model exported with the fp32, int8 and inplace variants, with parity (levels
+    1-3 and the inplace group) on 24 random sources and no int8 gate limit."""
+    import torch
+
+    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.heldout import HeldOut
+    from edgeseq.export.variants import VariantOptions
+    from edgeseq.export.verify import random_sources
+
+    bundle = tmp_path_factory.mktemp("inplace") / "reverse-inplace"
+    held = HeldOut(random_sources(runtime_model.model, 24), None, "random sources")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        export_bundle(
+            runtime_model.model, runtime_model.tokenizers, bundle, held=held,
+            task={"name": "reverse", "options": {}},
+            variants=VariantOptions(("fp32", "int8", "inplace"), max_metric_drop=100.0,
+                                    speed_inputs=4),
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    return bundle

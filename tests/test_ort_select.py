@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from edgeseq.runtime.bundle import load_bundle
-from edgeseq.runtime.kinds.seq2seq import OrtState, OrtStep
+from edgeseq.runtime.kinds.ort_step import OrtState, OrtStep
 
 
 def _step(bundle) -> OrtStep:

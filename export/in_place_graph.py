@@ -1,0 +1,181 @@
+"""The in-place cache variant: a decoder-step graph whose self-attention cache is a buffer
+that the graph writes into, for the two-graph loop on the CPU.
+
+    info = export_in_place_decoder(model, "b/decoder.inplace.onnx")
+    entry, group = build_in_place_variant(directory, model, table, sources=..., fuse=True)
+    manifest["inplace"] = entry          # files per precision (docs/bundle.md)
+    parity["inplace"] = group            # export/in_place_parity.py; None with --no-verify
+
+`decoder.onnx` returns a new `present_k.i` (the past plus the new key) every step, and beam
+search gathers every hypothesis' cache between steps. This graph (`decoder.inplace.onnx`,
+and `decoder.inplace.int8.onnx` when int8 is exported, quantized as `decoder.int8.onnx`
+was) takes one new token per row and a (batch, n_heads, cache_len, d_head) buffer per layer
+and family, bound with IO binding as both `past_k.i` and `present_k.i`: its
+`DecoderMaskedMultiHeadAttention` nodes write the new key and value at `past_length`, and
+read position t of row n * W + w from row n * W + cache_indirection[n, w, t] when
+`beam_width` W > 1, so reordering hypotheses is an update of that small int32 table
+(runtime/kinds/in_place.py). The other inputs and the logits are decoder.onnx's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.export import Dim
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.config import ModelConfig
+
+from .fused_ops import in_place_self_attention
+from .in_place_parity import in_place_parity_group
+from .onnx_export import GraphInfo, _dims, _run, decoder_example, example_sizes
+from .steps_graph import quantize_like_int8
+from .variants import GRAPH_FILES
+from .wrappers import FusedDecoderStep
+
+IN_PLACE_PRECISIONS = tuple(C.IN_PLACE_FILES)  # fp32, and int8 when the bundle has int8
+EXAMPLE_BEAM = 2  # rows per input in the traced example (every dynamic size >= 2)
+
+Progress = Callable[[str], None]
+
+
+class FusedInPlaceDecoder(FusedDecoderStep):
+    """`FusedDecoderStep`'s graph (module names included, which int8 groups weights by) with
+    each self-attention one `in_place_self_attention` over the layer's buffers.
+
+    Inputs: input_ids int64 [B, 1]; past_k.i/past_v.i float32 [B, H, M, dh] (the buffers,
+    past_length positions filled); cross_k.i/cross_v.i [B, H, S, dh]; src_mask bool [B, S];
+    cache_mask int32 [B, P+1]; past_length int32 [1] (P, the new token's position);
+    beam_width int32 [1] (W); cache_indirection int32 [B/W, W, M].
+    Outputs: logits [B, 1, V]; present_k.i/present_v.i [B, H, M, dh], the buffers with
+    position P written (the same memory as the inputs when bound so).
+    """
+
+    def forward(  # type: ignore[override]
+        self,
+        input_ids: Tensor,
+        past_k: tuple[Tensor, ...],
+        past_v: tuple[Tensor, ...],
+        cross_k: tuple[Tensor, ...],
+        cross_v: tuple[Tensor, ...],
+        src_mask: Tensor,
+        cache_mask: Tensor,
+        past_length: Tensor,
+        beam_width: Tensor,
+        cache_indirection: Tensor,
+    ) -> tuple[Tensor, ...]:
+        """One step -> logits (B, 1, V), L present_k then L present_v (B, H, M, dh)."""
+        model, n_heads = self.model, self.model.cfg.n_heads
+        positions = past_length.to(torch.int64).reshape(1, 1).expand(input_ids.shape)
+        x = model.dropout(model.tgt_pos.at(model.tgt_embed(input_ids), positions))
+
+        def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+            return in_place_self_attention(
+                q, k, v, cache_mask, past_k[i], past_v[i], past_length, beam_width,
+                cache_indirection, n_heads,
+            )  # fmt: skip
+
+        return self.layers(x, attend, cross_k, cross_v, src_mask)
+
+
+def in_place_example(cfg: ModelConfig) -> tuple[Any, ...]:
+    """Example inputs: decoder_example's cross K/V and mask for 2 inputs x EXAMPLE_BEAM rows,
+    one new token, buffers longer than the filled positions, a shuffled indirection."""
+    sizes = example_sizes(cfg)
+    inputs, past = sizes[C.BATCH], sizes[C.PAST_LEN]
+    batch, length = inputs * EXAMPLE_BEAM, min(past + 3, cfg.max_len)
+    _, _, _, cross_k, cross_v, src_mask = decoder_example(cfg)
+
+    def rows(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
+        return tuple(t.repeat_interleave(EXAMPLE_BEAM, dim=0) for t in tensors)
+
+    def buffers() -> tuple[Tensor, ...]:
+        shape = (batch, cfg.n_heads, length, cfg.d_head)
+        return tuple(torch.randn(shape) for _ in range(cfg.n_decoder_layers))
+
+    return (
+        torch.randint(len(C.SPECIAL_TOKENS), cfg.tgt_vocab_size, (batch, 1)),
+        buffers(),
+        buffers(),
+        rows(cross_k),
+        rows(cross_v),
+        src_mask.repeat_interleave(EXAMPLE_BEAM, dim=0),
+        torch.ones(batch, past + 1, dtype=torch.int32),
+        torch.tensor([past], dtype=torch.int32),
+        torch.tensor([EXAMPLE_BEAM], dtype=torch.int32),
+        torch.randint(0, EXAMPLE_BEAM, (inputs, EXAMPLE_BEAM, length), dtype=torch.int32),
+    )
+
+
+def export_in_place_decoder(
+    model: Seq2SeqTransformer,
+    path: str | Path,
+    opset: int | None = None,
+    metadata: dict[str, str] | None = None,
+) -> GraphInfo:
+    """Write the in-place cache decoder graph (`FusedInPlaceDecoder`) to `path`; `metadata`
+    as for `export_decoder`. Fused only: the node is onnxruntime's."""
+    cfg, dims = model.cfg, _dims(model.cfg)
+    batch, src_len = dims[C.BATCH], dims[C.SRC_LEN]
+    cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_len)
+    layers = cfg.n_decoder_layers
+    cache = ({0: batch, 2: cache_len},) * layers
+    cross = ({0: batch, 2: src_len},) * layers
+    dynamic = {  # keyed by FusedInPlaceDecoder.forward's parameter names
+        "input_ids": {0: batch},
+        "past_k": cache,
+        "past_v": cache,
+        "cross_k": cross,
+        "cross_v": cross,
+        "src_mask": {0: batch, 1: src_len},
+        "cache_mask": {0: batch, 1: Dim.AUTO},
+        "past_length": None,
+        "beam_width": None,
+        "cache_indirection": {0: Dim.AUTO, 1: Dim.AUTO, 2: cache_len},
+    }
+    names = (C.in_place_decoder_inputs(layers), C.decoder_outputs(layers))
+    module = FusedInPlaceDecoder(model)
+    args = in_place_example(cfg)
+    return _run(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
+
+
+def build_in_place_variant(
+    directory: Path,
+    model: Seq2SeqTransformer,
+    table: dict[str, dict[str, Any]],
+    *,
+    sources: list[list[int]] | None,
+    opset: int | None = None,
+    metadata: dict[str, str] | None = None,
+    max_new_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Write the in-place decoder of fp32 (and int8 when `table` has it) into `directory`;
+    return its manifest entry and, with `sources` (None: --no-verify), the parity group."""
+    say = progress or (lambda _: None)
+    fp32 = directory / C.IN_PLACE_FILES["fp32"]
+    info = export_in_place_decoder(model, fp32, opset, metadata)
+    say(f"  {fp32.name}: {info.bytes / 1e6:.2f} MB in {info.seconds:.1f} s")
+    names = (C.CACHE_MASK, C.PAST_LENGTH, C.BEAM_WIDTH, C.CACHE_INDIRECTION)
+    entry: dict[str, Any] = {"inputs": [spec for spec in info.inputs if spec["name"] in names]}
+    precisions = [p for p in IN_PLACE_PRECISIONS if p in table]
+    for precision in precisions:
+        path = directory / C.IN_PLACE_FILES[precision]
+        if precision == "int8":
+            quantize_like_int8(fp32, path, table["int8"])
+            megabytes = path.stat().st_size / 1e6
+            say(f"  {path.name}: {megabytes:.2f} MB (quantized as the int8 decoder)")
+        entry[precision] = {
+            "file": path.name,
+            "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
+            "bytes": path.stat().st_size,
+        }
+    if sources is None:
+        return entry, None
+    group = in_place_parity_group(directory, model.cfg, precisions, sources, max_new_tokens, say)
+    return entry, group

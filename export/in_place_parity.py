@@ -1,0 +1,106 @@
+"""Parity of the in-place cache decoder (export/in_place_graph.py) with `decoder.onnx`.
+
+    group = in_place_parity_group(directory, config, ["fp32", "int8"], sources)
+    check_in_place_parity({"inplace": group})      # ParityError when fp32 differs
+
+The held-out sources run as one batch through beam search (beam IN_PLACE_PARITY_BEAM, every
+hypothesis returned) twice: on the precision's two-graph loop with `decoder.onnx`, and with
+the in-place decoder, whose hypotheses are reordered by cache indirection, whose finished
+inputs leave by moving rows inside the buffers and whose first step repeats each input's
+row. fp32 must give the same token ids for every hypothesis and scores within
+TOLERANCE_FP32; int8 is reported, not gated.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.errors import ParityError
+from edgeseq.runtime.kinds.in_place import InPlaceStep
+from edgeseq.runtime.padding import right_pad
+from edgeseq.runtime.search import beam_search
+
+from .parity_graphs import TOLERANCE_FP32
+from .steps_parity import steps_session
+from .variants import GRAPH_FILES
+from .verify import open_engine
+
+IN_PLACE_PARITY_ROWS = 16  # sources in the batch
+IN_PLACE_PARITY_BEAM = 4
+
+Progress = Callable[[str], None]
+
+
+def compare_precision(
+    directory: Path,
+    config: ModelConfig,
+    precision: str,
+    sources: Sequence[Sequence[int]],
+    max_new_tokens: int | None,
+) -> dict[str, Any]:
+    """The numbers of one precision: beam search with its in-place decoder vs decoder.onnx."""
+    engine = open_engine(*(directory / g for g in GRAPH_FILES[precision]), config)
+    in_place = InPlaceStep(
+        engine.encoder, steps_session(directory / C.IN_PLACE_FILES[precision]), config
+    )
+    src_ids = right_pad(sources, config.pad_id)
+    beam = IN_PLACE_PARITY_BEAM
+    want = beam_search(engine, src_ids, beam, max_new_tokens, n_best=beam)
+    got = beam_search(in_place, src_ids, beam, max_new_tokens, n_best=beam)
+    rows = list(zip(want, got, strict=True))
+    pairs = [(a, b) for row_a, row_b in rows for a, b in zip(row_a, row_b, strict=False)]
+    same = sum([h.tokens for h in a] == [h.tokens for h in b] for a, b in rows)
+    return {
+        "rows": len(sources),
+        "beam": beam,
+        "hypotheses": sum(len(row) for row in want),
+        "identical_rows": int(same),
+        "max_score_diff": max((abs(a.score - b.score) for a, b in pairs), default=0.0),
+    }
+
+
+def in_place_parity_group(
+    directory: Path,
+    config: ModelConfig,
+    precisions: Sequence[str],
+    sources: Sequence[Sequence[int]],
+    max_new_tokens: int | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The report's "inplace" group for `precisions` (fp32 first) on the first
+    IN_PLACE_PARITY_ROWS `sources`; fp32 passes with identical hypotheses and scores within
+    TOLERANCE_FP32."""
+    say = progress or (lambda _: None)
+    started = time.perf_counter()
+    sources = list(sources)[:IN_PLACE_PARITY_ROWS]
+    group: dict[str, Any] = {"tolerance": TOLERANCE_FP32}
+    for precision in precisions:
+        say(f"parity inplace ({precision}): beam {IN_PLACE_PARITY_BEAM} on {len(sources)} rows")
+        group[precision] = compare_precision(directory, config, precision, sources, max_new_tokens)
+    fp32 = group["fp32"]
+    fp32["passed"] = (
+        fp32["identical_rows"] == len(sources) and fp32["max_score_diff"] <= TOLERANCE_FP32
+    )
+    group["passed"] = fp32["passed"]
+    group["seconds"] = round(time.perf_counter() - started, 2)
+    return group
+
+
+def check_in_place_parity(report: dict[str, Any]) -> None:
+    """ParityError (carrying `report`) when the report's "inplace" group failed for fp32."""
+    group = report.get("inplace")
+    if group is None or group["passed"]:
+        return
+    fp32 = group["fp32"]
+    raise ParityError(
+        f"the in-place cache decoder's beam search differs from decoder.onnx's: identical "
+        f"hypotheses on {fp32['identical_rows']}/{fp32['rows']} inputs, max |Δscore| "
+        f"{fp32['max_score_diff']:.2e} (tolerance {group['tolerance']:g}); re-export without "
+        "the inplace variant",
+        report=report,
+    )

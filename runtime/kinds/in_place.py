@@ -1,0 +1,272 @@
+"""The two-graph loop on the in-place cache variant (`decoder.inplace.onnx`, docs/bundle.md):
+the self-attention cache is one preallocated buffer per layer and family that the decoder
+writes the new key and value into, and beam search reorders hypotheses through a cache
+indirection instead of gathering the cache.
+
+    step_model = InPlaceStep(encoder, decoder, config)      # decoder: decoder.inplace.onnx
+    hyps = search(step_model, src_ids, GenerationOptions(beam_size=4))
+
+States are not persistent: `step` writes into the buffers the state holds, so only the state
+it returns may be used afterwards (the search algorithms never reuse an older one).
+
+Rows are grouped in blocks of `width` (an input's hypotheses in beam search, 1 in greedy
+search): row n * W + w reads position t from buffer row n * W + indirection[n, w, t].
+`select` is then one of three things:
+- every row stays in its block (beam reordering): the indirection rows are gathered, the
+  buffers are kept;
+- whole blocks are kept (finished inputs leave, greedy rows leave): the kept blocks' filled
+  positions are copied into new buffers, the indirection moves with them;
+- anything else (the first beam step repeats each input's row): every row's positions are
+  gathered through the indirection into new buffers, whose blocks are the runs of rows that
+  came from the same old block.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnxruntime as ort
+
+from .. import constants as C
+from ..config import ModelConfig
+from .buffer_pool import BufferPool, Lease
+from .ort_step import Layers, OrtStep
+
+MIN_CACHE_LEN = 64  # first buffer length (positions), at least; grows by doubling
+
+
+@dataclass
+class InPlaceState:
+    """Cross K/V, src_mask and source_rows as `OrtState`'s; the cache as buffers, L-tuples
+    of (B, H, M, dh) with `past` positions filled; `width` rows per block; `indirection`
+    int32 (B / width, width, M)."""
+
+    cross_k: Layers
+    cross_v: Layers
+    src_mask: np.ndarray
+    source_rows: np.ndarray
+    cache_k: Layers
+    cache_v: Layers
+    past: int
+    width: int
+    indirection: np.ndarray
+    lease: Lease  # where the buffers came from (given back when the last state goes)
+    # The decoder's IO binding with the arrays above bound (and the OrtValues the buffers are
+    # bound through, kept alive with it); None until the first step after a change of arrays.
+    binding: tuple[ort.IOBinding, list[ort.OrtValue]] | None = None
+
+    @property
+    def batch(self) -> int:
+        """Rows in the state."""
+        return int(self.src_mask.shape[0])
+
+    @property
+    def past_len(self) -> int:
+        """Target positions already cached."""
+        return self.past
+
+    @property
+    def cache_len(self) -> int:
+        """Positions the buffers hold."""
+        return int(self.cache_k[0].shape[2])
+
+
+class InPlaceStep(OrtStep):
+    """`OrtStep` (the CPU encoder and its state handling) whose decoder is the in-place
+    cache graph, run with IO binding so that each buffer is both past and present."""
+
+    def __init__(
+        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig
+    ) -> None:
+        super().__init__(encoder, decoder, config)
+        self.pool = BufferPool()
+        self.names[C.PRESENT_K] = C.layer_names(C.PRESENT_K, self.layers)
+        self.names[C.PRESENT_V] = C.layer_names(C.PRESENT_V, self.layers)
+
+    def buffers(self, lease: Lease, rows: int, length: int) -> Layers:
+        """L buffers (rows, H, length, dh) float32 from the pool (contents undefined)."""
+        shape = (rows, self.config.n_heads, length, self.config.d_head)
+        return tuple(lease.take(shape) for _ in range(self.layers))
+
+    def start(self, src_ids: np.ndarray) -> InPlaceState:  # type: ignore[override]
+        """Run the encoder on src_ids int64 (B, S); empty buffers of max(64, 2 S) positions
+        (at most max_len), one row per block."""
+        first = super().start(src_ids)
+        rows, lease = first.batch, Lease(self.pool)
+        length = min(self.max_len, max(MIN_CACHE_LEN, 2 * src_ids.shape[1]))
+        return InPlaceState(
+            first.cross_k, first.cross_v, first.src_mask, first.source_rows,
+            self.buffers(lease, rows, length), self.buffers(lease, rows, length), 0, 1,
+            np.zeros((rows, 1, length), np.int32), lease,
+        )  # fmt: skip
+
+    def grown(self, state: InPlaceState) -> InPlaceState:
+        """`state` with buffers twice as long (at most max_len), filled positions copied."""
+        length = min(self.max_len, 2 * state.cache_len)
+        cache = []
+        for old in (*state.cache_k, *state.cache_v):
+            new = state.lease.take((*old.shape[:2], length, old.shape[3]))
+            new[:, :, : state.past] = old[:, :, : state.past]
+            cache.append(new)
+        indirection = np.zeros((*state.indirection.shape[:2], length), np.int32)
+        indirection[:, :, : state.past] = state.indirection[:, :, : state.past]
+        return self._with(state, tuple(cache), state.width, indirection)
+
+    def _with(
+        self, state: InPlaceState, cache: Layers, width: int, indirection: np.ndarray
+    ) -> InPlaceState:
+        """`state` with other buffers (L keys then L values), width and indirection."""
+        source = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
+        return self._moved(source, cache, width, indirection, state)
+
+    def _moved(
+        self,
+        source: tuple[Layers, Layers, np.ndarray, np.ndarray],
+        cache: Layers,
+        width: int,
+        indirection: np.ndarray,
+        state: InPlaceState,
+    ) -> InPlaceState:
+        """A state after `state`: cross K/V, src_mask and source_rows `source`, buffers
+        `cache` (L keys then L values)."""
+        layers = self.layers
+        return InPlaceState(
+            *source, cache[:layers], cache[layers:], state.past, width, indirection, state.lease
+        )
+
+    @staticmethod
+    def _copy(array: np.ndarray, rows: np.ndarray, past: int, lease: Lease) -> np.ndarray:
+        """`array`'s rows `rows` (its first `past` positions). Rows in increasing order are
+        moved down inside `array` (only those that move) and a prefix view is returned, so
+        dropping rows allocates nothing; other orders are copied into a new buffer."""
+        if len(rows) and (np.diff(rows) > 0).all():
+            _compacted(array[:, :, :past], rows)  # a view: moves the rows inside `array`
+            return array[: len(rows)]
+        new = lease.take((len(rows), *array.shape[1:]))
+        new[:, :, :past] = array[rows, :, :past]
+        return new
+
+    def bind(self, state: InPlaceState) -> tuple[ort.IOBinding, list[ort.OrtValue]]:
+        """A decoder IO binding of what stays the same from step to step: cross K/V, src_mask,
+        beam_width, and each buffer as both past and present."""
+        binding = self.decoder.io_binding()
+        for family, arrays in ((C.CROSS_K, state.cross_k), (C.CROSS_V, state.cross_v)):
+            for name, array in zip(self.names[family], arrays, strict=True):
+                binding.bind_cpu_input(name, array)
+        binding.bind_cpu_input(C.SRC_MASK, state.src_mask)
+        binding.bind_cpu_input(C.BEAM_WIDTH, np.array([state.width], np.int32))
+        values = []
+        for past_family, present_family, arrays in (
+            (C.PAST_K, C.PRESENT_K, state.cache_k),
+            (C.PAST_V, C.PRESENT_V, state.cache_v),
+        ):
+            names = zip(self.names[past_family], self.names[present_family], arrays, strict=True)
+            for past_name, present_name, array in names:
+                value = ort.OrtValue.ortvalue_from_numpy(array)  # the buffer's own memory
+                binding.bind_ortvalue_input(past_name, value)
+                binding.bind_ortvalue_output(present_name, value)
+                values.append(value)
+        return binding, values
+
+    def step(  # type: ignore[override]
+        self, state: InPlaceState, input_ids: np.ndarray
+    ) -> tuple[np.ndarray, InPlaceState]:
+        """input_ids int64 (B, 1) -> logits float32 (B, 1, V), and the state with position
+        past_len written into its buffers (the same buffers, unless they had to grow)."""
+        if input_ids.shape[1] != 1:
+            raise ValueError("the in-place cache decoder takes one new token per row")
+        if state.past >= state.cache_len:
+            state = self.grown(state)
+        if state.binding is None:
+            state.binding = self.bind(state)
+        binding, past, rows = state.binding[0], state.past, state.batch
+        binding.bind_cpu_input(C.INPUT_IDS, np.ascontiguousarray(input_ids, dtype=np.int64))
+        binding.bind_cpu_input(C.CACHE_MASK, np.ones((rows, past + 1), np.int32))
+        binding.bind_cpu_input(C.PAST_LENGTH, np.array([past], np.int32))
+        binding.bind_cpu_input(C.CACHE_INDIRECTION, state.indirection)
+        logits = np.empty((rows, 1, self.vocab_size), np.float32)
+        binding.bind_ortvalue_output(C.LOGITS, ort.OrtValue.ortvalue_from_numpy(logits))
+        self.decoder.run_with_iobinding(binding)
+        # Row n * W + w wrote its own position `past`.
+        state.indirection[:, :, past] = np.arange(state.width, dtype=np.int32)
+        state.past = past + 1
+        return logits, state
+
+    def _source(
+        self, state: InPlaceState, rows: np.ndarray
+    ) -> tuple[Layers, Layers, np.ndarray, np.ndarray]:
+        """`select_source`, except that rows leaving (`rows` increasing) move the cross K/V
+        rows that stay down inside their arrays instead of copying them out."""
+        increasing = len(rows) and (np.diff(rows) > 0).all()
+        if not increasing or np.array_equal(state.source_rows[rows], state.source_rows):
+            return self.select_source(state, rows)
+        cross = tuple(_compacted(a, rows) for a in (*state.cross_k, *state.cross_v))
+        src_mask = np.take(state.src_mask, rows, axis=0)
+        layers = self.layers
+        return cross[:layers], cross[layers:], src_mask, state.source_rows[rows]
+
+    def select(self, state: InPlaceState, rows: np.ndarray) -> InPlaceState:  # type: ignore[override]
+        """Gather batch rows (int64 (B',), may repeat); see the module docstring."""
+        rows = np.asarray(rows, dtype=np.int64)
+        width, past = state.width, state.past
+        old_block, count = rows // width, len(rows)
+        flat = state.indirection.reshape(state.batch, state.cache_len)
+        if count == state.batch and np.array_equal(old_block, np.arange(count) // width):
+            outer = self.select_source(state, rows)  # the same arrays: rows keep their inputs
+            indirection = flat[rows].reshape(state.indirection.shape)
+            moved = self._moved(outer, state.cache_k + state.cache_v, width, indirection, state)
+            if outer[0] is state.cross_k and outer[2] is state.src_mask:
+                moved.binding = state.binding  # the same arrays: bound as they are
+            return moved
+        new_width = _run_width(old_block)
+        blocks = old_block.reshape(-1, width) if new_width == width else None
+        if blocks is not None and (blocks == blocks[:, :1]).all():
+            source = (blocks[:, :1] * width + np.arange(width)).ravel()  # whole old blocks
+            outer = self._source(state, source)  # a block's rows share their cross K/V
+            cache = tuple(
+                self._copy(a, source, past, state.lease) for a in (*state.cache_k, *state.cache_v)
+            )
+            indirection = flat[rows].reshape(-1, width, state.cache_len)
+            return self._moved(outer, cache, width, indirection, state)
+        # Resolve the indirection: row i's position t is in old buffer row held[i, t].
+        outer = self.select_source(state, rows)
+        held = old_block[:, None] * width + flat[rows, :past]
+        positions = np.arange(past)
+        cache = []
+        for array in state.cache_k + state.cache_v:
+            new = state.lease.take((count, *array.shape[1:]))
+            new[:, :, :past] = array[held, :, positions].transpose(0, 2, 1, 3)
+            cache.append(new)
+        indirection = np.broadcast_to(
+            np.arange(new_width, dtype=np.int32)[None, :, None],
+            (count // new_width, new_width, state.cache_len),
+        ).copy()
+        return self._moved(outer, tuple(cache), new_width, indirection, state)
+
+
+def _run_width(old_block: np.ndarray) -> int:
+    """The block width of rows that came from old blocks `old_block` (B',): the length of its
+    runs of equal values when every run has the same length and no old block has two runs,
+    else 1."""
+    starts = np.flatnonzero(np.diff(old_block, prepend=-1) != 0)
+    lengths = np.diff(np.append(starts, len(old_block)))
+    unique = len(np.unique(old_block[starts])) == len(starts)
+    return int(lengths[0]) if unique and (lengths == lengths[0]).all() else 1
+
+
+def _runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
+    """Increasing `rows` (B',) as (first new row, first old row, length) of consecutive runs."""
+    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    lengths = np.diff(np.append(starts, len(rows)))
+    return [(int(t), int(rows[t]), int(n)) for t, n in zip(starts, lengths, strict=True)]
+
+
+def _compacted(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """`array`'s rows `rows` (increasing), moved down inside `array`: its first len(rows)
+    rows, a view."""
+    for target, source, length in _runs(rows):
+        if target != source:
+            array[target : target + length] = array[source : source + length]
+    return array[: len(rows)]
