@@ -7,8 +7,8 @@ buffer bound as both past and present, with beam reordering by cache indirection
     python benchmarks/attention_cache_probe.py --rows 128 --past 20 --heads 8 --head-size 64
 
 Prints, per shape, whether both give the same attention output (max |difference|) and the
-CPU time of each per call (median of `--repeats` timed blocks, 1 thread). A probe of a lever
-(docs/experiments.md), not part of the bundles: no export writes such a graph today.
+CPU time of each per call (median of `--repeats` timed blocks, 1 thread). The lever behind
+`edgeseq export --variants ...,inplace` (docs/experiments.md: what it is worth in a whole decoder).
 """
 
 from __future__ import annotations

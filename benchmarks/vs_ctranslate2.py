@@ -7,10 +7,10 @@
 MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weight model
 (seed 0; its sources are random ids). The script
 
-1. exports MODEL to an edgeseq bundle with fp32, int8 and one-graph search graphs
-   (`export_bundle`, the same export and quantization as `edgeseq export --variants
-   fp32,int8,search`, without the parity run) in a temporary directory, or uses `--bundle`
-   (exported from the same model);
+1. exports MODEL to an edgeseq bundle with fp32, int8, one-graph search and in-place cache
+   graphs (`export_bundle`, the same export and quantization as `edgeseq export --variants
+   fp32,int8,search,inplace`, without the parity run) in a temporary directory, or uses
+   `--bundle` (exported from the same model);
 2. converts MODEL to a CTranslate2 model (`ct2_convert.py`), loaded as float32 and int8;
 3. takes `--words` distinct sources: the test split of the checkpoint's task when it can be
    loaded (g2p: CMUdict test words), else random ids; sorts them by length and cuts them
@@ -29,8 +29,9 @@ MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weigh
 
 Engines (`vs_ctranslate2_engines.py`): "edgeseq fp32" and "edgeseq int8" are
 `Generator.generate` on texts as a user calls it (search "auto", default session options,
-`--threads`); the report lists the path (one-graph search or loop) it took per cell.
-"edgeseq fp32 loop" / "int8 loop" are the two-graph loop (`runtime.search` on `OrtStep`);
+`--threads`); the report lists the path (one-graph search, loop, or loop with the in-place
+cache decoder for beam search) it took per cell. "edgeseq fp32 loop" / "int8 loop" are the
+two-graph loop on decoder.onnx (`runtime.search` on `OrtStep`, which copies the cache);
 `--graph` adds generate with search "graph".
 
 Reported per cell: tokens/s of each engine relative to CTranslate2 fp32 *of the same pass*,
@@ -295,9 +296,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cfg = model.cfg
     bundle_dir = args.bundle
     if bundle_dir is None:
-        print("exporting the edgeseq bundle (fp32, int8, search)", file=sys.stderr)
+        print("exporting the edgeseq bundle (fp32, int8, search, inplace)", file=sys.stderr)
         bundle_dir = workdir / "bundle"
-        variants = VariantOptions(names=("fp32", "int8", "search"))
+        variants = VariantOptions(names=("fp32", "int8", "search", "inplace"))
         export_bundle(model, tokenizers, bundle_dir, task=task, verify=False, variants=variants)
     bundle = load_bundle(bundle_dir)
     if bundle.config != cfg or "int8" not in bundle.variants:

@@ -88,6 +88,8 @@ class GenerateEngine:
         for batch in batches:
             options = GenerationOptions(beam_size=beam, batch_size=len(batch))
             path = "graph" if self.generator.uses_graph(options, len(batch)) else "loop"
+            if path == "loop" and "InPlace" in type(self.generator.loop_model(options)).__name__:
+                path = "loop in place"
             self.paths.setdefault((beam, len(batch)), set()).add(path)
             for result in self.generator.generate([self.texts[tuple(s)] for s in batch], options):
                 outputs.append(tuple(result.token_ids))
