@@ -14,6 +14,7 @@ import torch
 
 from edgeseq.export.bundle import export_bundle
 from edgeseq.export.heldout import HeldOut
+from edgeseq.export.report import format_parity
 from edgeseq.export.variants import VariantOptions, parse_variants
 from edgeseq.runtime import Generator
 from edgeseq.runtime import constants as C
@@ -43,6 +44,9 @@ def test_export_writes_the_in_place_decoders_and_passes_parity(in_place_bundle) 
     assert group["passed"] and group["fp32"]["identical_rows"] == group["fp32"]["rows"] > 0
     assert group["fp32"]["max_score_diff"] <= group["tolerance"]
     assert "int8" in group
+    report = format_parity(manifest["parity"])
+    assert "fp32 in-place decoder: identical beam-4 hypotheses" in report
+    assert "int8 in-place decoder" in report
     load_bundle(in_place_bundle)
     assert "inplace" in parse_variants("int8,inplace")
 
