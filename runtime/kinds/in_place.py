@@ -24,6 +24,7 @@ search): row n * W + w reads position t from buffer row n * W + indirection[n, w
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 import onnxruntime as ort
@@ -140,8 +141,9 @@ class InPlaceStep(OrtStep):
         """`array`'s rows `rows` (its first `past` positions). Rows in increasing order are
         moved down inside `array` (only those that move) and a prefix view is returned, so
         dropping rows allocates nothing; other orders are copied into a new buffer."""
-        if len(rows) and (np.diff(rows) > 0).all():
-            _compacted(array[:, :, :past], rows)  # a view: moves the rows inside `array`
+        runs = _runs(rows)
+        if runs is not None:
+            _compacted(array[:, :, :past], runs)  # a view: moves the rows inside `array`
             return array[: len(rows)]
         new = lease.take((len(rows), *array.shape[1:]))
         new[:, :, :past] = array[rows, :, :past]
@@ -198,10 +200,10 @@ class InPlaceStep(OrtStep):
     ) -> tuple[Layers, Layers, np.ndarray, np.ndarray]:
         """`select_source`, except that rows leaving (`rows` increasing) move the cross K/V
         rows that stay down inside their arrays instead of copying them out."""
-        increasing = len(rows) and (np.diff(rows) > 0).all()
-        if not increasing or np.array_equal(state.source_rows[rows], state.source_rows):
+        runs = _runs(rows)
+        if runs is None or np.array_equal(state.source_rows[rows], state.source_rows):
             return self.select_source(state, rows)
-        cross = tuple(_compacted(a, rows) for a in (*state.cross_k, *state.cross_v))
+        cross = tuple(_compacted(a, runs) for a in (*state.cross_k, *state.cross_v))
         src_mask = np.take(state.src_mask, rows, axis=0)
         layers = self.layers
         return cross[:layers], cross[layers:], src_mask, state.source_rows[rows]
@@ -255,18 +257,28 @@ def _run_width(old_block: np.ndarray) -> int:
     return int(lengths[0]) if unique and (lengths == lengths[0]).all() else 1
 
 
-def _runs(rows: np.ndarray) -> list[tuple[int, int, int]]:
-    """Increasing `rows` (B',) as (first new row, first old row, length) of consecutive runs."""
-    breaks = np.flatnonzero(np.diff(rows) != 1) + 1
-    starts = np.concatenate([[0], breaks])
-    lengths = np.diff(np.append(starts, len(rows)))
-    return [(int(t), int(rows[t]), int(n)) for t, n in zip(starts, lengths, strict=True)]
+@lru_cache(maxsize=8)
+def _runs_of(rows: bytes) -> tuple[tuple[int, int, int], ...] | None:
+    """`_runs` on the bytes of an int64 array (cached: one select asks for the same rows'
+    runs once per buffer)."""
+    ids = np.frombuffer(rows, np.int64)
+    if not len(ids) or not (np.diff(ids) > 0).all():
+        return None
+    starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)
+    lengths = np.diff(np.append(starts, len(ids)))
+    return tuple((int(t), int(ids[t]), int(n)) for t, n in zip(starts, lengths, strict=True))
 
 
-def _compacted(array: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """`array`'s rows `rows` (increasing), moved down inside `array`: its first len(rows)
-    rows, a view."""
-    for target, source, length in _runs(rows):
+def _runs(rows: np.ndarray) -> tuple[tuple[int, int, int], ...] | None:
+    """Increasing `rows` (B',) as (first new row, first old row, length) of its runs of
+    consecutive rows; None when `rows` is not increasing."""
+    return _runs_of(np.ascontiguousarray(rows, np.int64).tobytes())
+
+
+def _compacted(array: np.ndarray, runs: tuple[tuple[int, int, int], ...]) -> np.ndarray:
+    """`array`'s rows given by `runs` (`_runs`), moved down inside `array`: its first rows,
+    a view."""
+    for target, source, length in runs:
         if target != source:
             array[target : target + length] = array[source : source + length]
-    return array[: len(rows)]
+    return array[: sum(length for _, _, length in runs)]
