@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-POOL_BYTES = 512 * 2**20  # free buffers kept, at most; larger returns are dropped
+POOL_BYTES = 256 * 2**20  # free buffers kept, at most; larger returns are dropped
 
 
 class BufferPool:
