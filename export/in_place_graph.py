@@ -34,11 +34,9 @@ from edgeseq.runtime.config import ModelConfig
 from .fused_ops import in_place_self_attention
 from .in_place_parity import in_place_parity_group
 from .onnx_export import GraphInfo, _dims, _run, decoder_example, example_sizes
-from .steps_graph import quantize_like_int8
-from .variants import GRAPH_FILES
+from .steps_graph import add_precisions
 from .wrappers import FusedDecoderStep
 
-IN_PLACE_PRECISIONS = tuple(C.IN_PLACE_FILES)  # fp32, and int8 when the bundle has int8
 EXAMPLE_BEAM = 2  # rows per input in the traced example (every dynamic size >= 2)
 
 Progress = Callable[[str], None]
@@ -133,10 +131,10 @@ def export_in_place_decoder(
         "cross_k": cross,
         "cross_v": cross,
         "src_mask": {0: batch, 1: src_len},
-        "cache_mask": {0: batch, 1: Dim.AUTO},
+        "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_len)},
         "past_length": None,
         "beam_width": None,
-        "cache_indirection": {0: Dim.AUTO, 1: Dim.AUTO, 2: cache_len},
+        "cache_indirection": {0: Dim(C.INPUTS, min=1), 1: Dim(C.BEAMS, min=1), 2: cache_len},
     }
     names = (C.in_place_decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedInPlaceDecoder(model)
@@ -163,18 +161,7 @@ def build_in_place_variant(
     say(f"  {fp32.name}: {info.bytes / 1e6:.2f} MB in {info.seconds:.1f} s")
     names = (C.CACHE_MASK, C.PAST_LENGTH, C.BEAM_WIDTH, C.CACHE_INDIRECTION)
     entry: dict[str, Any] = {"inputs": [spec for spec in info.inputs if spec["name"] in names]}
-    precisions = [p for p in IN_PLACE_PRECISIONS if p in table]
-    for precision in precisions:
-        path = directory / C.IN_PLACE_FILES[precision]
-        if precision == "int8":
-            quantize_like_int8(fp32, path, table["int8"])
-            megabytes = path.stat().st_size / 1e6
-            say(f"  {path.name}: {megabytes:.2f} MB (quantized as the int8 decoder)")
-        entry[precision] = {
-            "file": path.name,
-            "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
-            "bytes": path.stat().st_size,
-        }
+    precisions = add_precisions(entry, directory, C.IN_PLACE_FILES, table, say)
     if sources is None:
         return entry, None
     group = in_place_parity_group(directory, model.cfg, precisions, sources, max_new_tokens, say)

@@ -37,8 +37,6 @@ from .steps_parity import steps_parity_group
 from .variants import GRAPH_FILES
 from .wrappers import FusedDecoderStep
 
-STEPS_PRECISIONS = tuple(C.STEPS_FILES)  # fp32, and int8 when the bundle has int8
-
 Progress = Callable[[str], None]
 
 
@@ -179,6 +177,31 @@ def quantize_like_int8(source: Path, target: Path, int8_entry: dict[str, Any]) -
     )
 
 
+def add_precisions(
+    entry: dict[str, Any],
+    directory: Path,
+    files: dict[str, str],
+    table: dict[str, dict[str, Any]],
+    say: Progress,
+) -> list[str]:
+    """For an extra decoder whose fp32 graph `files["fp32"]` is written: quantize its int8
+    graph when `table` has int8 (`quantize_like_int8`), add each precision's file entry to
+    `entry`; return the precisions."""
+    precisions = [p for p in files if p in table]
+    for precision in precisions:
+        path = directory / files[precision]
+        if precision == "int8":
+            quantize_like_int8(directory / files["fp32"], path, table["int8"])
+            megabytes = path.stat().st_size / 1e6
+            say(f"  {path.name}: {megabytes:.2f} MB (quantized as the int8 decoder)")
+        entry[precision] = {
+            "file": path.name,
+            "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
+            "bytes": path.stat().st_size,
+        }
+    return precisions
+
+
 def build_steps_variant(
     directory: Path,
     model: Seq2SeqTransformer,
@@ -198,19 +221,7 @@ def build_steps_variant(
     say(f"  {fp32.name}: {info.bytes / 1e6:.2f} MB in {info.seconds:.1f} s")
     extra = [spec for spec in info.inputs if spec["name"] in (C.POSITION_IDS, C.TGT_MASK)]
     entry: dict[str, Any] = {"fused": fuse, "inputs": extra}
-    precisions = [p for p in STEPS_PRECISIONS if p in table]
-    for precision in precisions:
-        path = directory / C.STEPS_FILES[precision]
-        if precision == "int8":
-            quantize_like_int8(fp32, path, table["int8"])
-            say(
-                f"  {path.name}: {path.stat().st_size / 1e6:.2f} MB (quantized as the int8 decoder)"
-            )
-        entry[precision] = {
-            "file": path.name,
-            "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
-            "bytes": path.stat().st_size,
-        }
+    precisions = add_precisions(entry, directory, C.STEPS_FILES, table, say)
     if sources is None:
         return entry, None
     return entry, steps_parity_group(directory, model.cfg, precisions, sources, say)

@@ -166,11 +166,12 @@ def steps_decoder_inputs(n_layers: int) -> tuple[str, ...]:
 # the new key and value at past_length), and whose beam reordering is a cache indirection.
 IN_PLACE_FILES = {"fp32": "decoder.inplace.onnx", "int8": "decoder.inplace.int8.onnx"}
 CACHE_LEN = "cache_len"  # the buffers' position axis (>= past_len + 1)
-CACHE_MASK = "cache_mask"  # int32 [batch, past_len + 1], 1 at the slots a row may attend to
+CACHE_MASK = "cache_mask"  # int32 [batch, attended_len], 1 at the slots a row may attend to
 PAST_LENGTH = "past_length"  # int32 [1]: positions already in the buffers (the new token's)
 BEAM_WIDTH = "beam_width"  # int32 [1]: rows per input (1: no indirection is read)
-CACHE_INDIRECTION = "cache_indirection"  # int32 [batch / beam_width, beam_width, cache_len]
-IN_PLACE_TOTAL_LEN = f"{PAST_LEN} + 1"
+CACHE_INDIRECTION = "cache_indirection"  # int32 [inputs, beams, cache_len]
+ATTENDED_LEN = "attended_len"  # cache_mask's axis: past_length + 1
+INPUTS, BEAMS = "inputs", "beams"  # cache_indirection's: batch / beam_width, beam_width
 
 
 def in_place_decoder_inputs(n_layers: int) -> tuple[str, ...]:

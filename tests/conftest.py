@@ -274,10 +274,11 @@ def bert_case(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 # -- step batching (issue 38 item 4): the decoder for rows at different positions -------------
-@pytest.fixture(scope="session")
-def steps_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runtime_model exported with the fp32, int8 and steps variants, with parity (levels 1-3
-    and the steps group) on 24 random sources and no int8 gate limit."""
+def export_runtime_variants(
+    runtime_model: RuntimeCase, directory: Path, variants: tuple[str, ...]
+) -> Path:
+    """runtime_model exported to `directory` with `variants`, with parity (levels 1-3 and
+    the variants' groups) on 24 random sources and no int8 gate limit, on one torch thread."""
     import torch
 
     from edgeseq.export.bundle import export_bundle
@@ -285,20 +286,25 @@ def steps_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFa
     from edgeseq.export.variants import VariantOptions
     from edgeseq.export.verify import random_sources
 
-    bundle = tmp_path_factory.mktemp("steps") / "reverse-steps"
     held = HeldOut(random_sources(runtime_model.model, 24), None, "random sources")
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         export_bundle(
-            runtime_model.model, runtime_model.tokenizers, bundle, held=held,
+            runtime_model.model, runtime_model.tokenizers, directory, held=held,
             task={"name": "reverse", "options": {}},
-            variants=VariantOptions(("fp32", "int8", "steps"), max_metric_drop=100.0,
-                                    speed_inputs=4),
+            variants=VariantOptions(variants, max_metric_drop=100.0, speed_inputs=4),
         )  # fmt: skip
     finally:
         torch.set_num_threads(threads)
-    return bundle
+    return directory
+
+
+@pytest.fixture(scope="session")
+def steps_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """runtime_model exported with the fp32, int8 and steps variants (`export_runtime_variants`)."""
+    bundle = tmp_path_factory.mktemp("steps") / "reverse-steps"
+    return export_runtime_variants(runtime_model, bundle, ("fp32", "int8", "steps"))
 
 
 # -- imported models (issue 37): a MarianMT directory and an nn.Transformer, each exported once --
@@ -325,26 +331,7 @@ def torch_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 # -- the in-place cache decoder (issue 38): runtime_model with fp32, int8 and inplace ---------
 @pytest.fixture(scope="session")
 def in_place_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """runtime_model exported with the fp32, int8 and inplace variants, with parity (levels
-    1-3 and the inplace group) on 24 random sources and no int8 gate limit."""
-    import torch
-
-    from edgeseq.export.bundle import export_bundle
-    from edgeseq.export.heldout import HeldOut
-    from edgeseq.export.variants import VariantOptions
-    from edgeseq.export.verify import random_sources
-
+    """runtime_model exported with the fp32, int8 and inplace variants
+    (`export_runtime_variants`)."""
     bundle = tmp_path_factory.mktemp("inplace") / "reverse-inplace"
-    held = HeldOut(random_sources(runtime_model.model, 24), None, "random sources")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        export_bundle(
-            runtime_model.model, runtime_model.tokenizers, bundle, held=held,
-            task={"name": "reverse", "options": {}},
-            variants=VariantOptions(("fp32", "int8", "inplace"), max_metric_drop=100.0,
-                                    speed_inputs=4),
-        )  # fmt: skip
-    finally:
-        torch.set_num_threads(threads)
-    return bundle
+    return export_runtime_variants(runtime_model, bundle, ("fp32", "int8", "inplace"))

@@ -38,6 +38,9 @@ def test_export_writes_the_in_place_decoders_and_passes_parity(in_place_bundle) 
     assert [spec["name"] for spec in entry["inputs"]] == [
         C.CACHE_MASK, C.PAST_LENGTH, C.BEAM_WIDTH, C.CACHE_INDIRECTION,
     ]  # fmt: skip
+    shapes = {spec["name"]: spec["shape"] for spec in entry["inputs"]}
+    assert shapes[C.CACHE_MASK] == [C.BATCH, C.ATTENDED_LEN]
+    assert shapes[C.CACHE_INDIRECTION] == [C.INPUTS, C.BEAMS, C.CACHE_LEN]
     for precision in ("fp32", "int8"):
         assert (in_place_bundle / entry[precision]["file"]).stat().st_size > 0
     group = manifest["parity"]["inplace"]

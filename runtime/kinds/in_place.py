@@ -14,8 +14,8 @@ search): row n * W + w reads position t from buffer row n * W + indirection[n, w
 `select` is then one of three things:
 - every row stays in its block (beam reordering): the indirection rows are gathered, the
   buffers are kept;
-- whole blocks are kept (finished inputs leave, greedy rows leave): the kept blocks' filled
-  positions are copied into new buffers, the indirection moves with them;
+- whole blocks are kept (finished inputs leave, greedy rows leave): the kept blocks are
+  moved down inside the buffers (and the cross K/V), the indirection moves with them;
 - anything else (the first beam step repeats each input's row): every row's positions are
   gathered through the indirection into new buffers, whose blocks are the runs of rows that
   came from the same old block.
@@ -24,7 +24,6 @@ search): row n * W + w reads position t from buffer row n * W + indirection[n, w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 import onnxruntime as ort
@@ -35,6 +34,7 @@ from .buffer_pool import BufferPool, Lease
 from .ort_step import Layers, OrtStep
 
 MIN_CACHE_LEN = 64  # first buffer length (positions), at least; grows by doubling
+Runs = tuple[tuple[int, int, int], ...]  # (first new row, first old row, length) per run
 
 
 @dataclass
@@ -112,14 +112,8 @@ class InPlaceStep(OrtStep):
             cache.append(new)
         indirection = np.zeros((*state.indirection.shape[:2], length), np.int32)
         indirection[:, :, : state.past] = state.indirection[:, :, : state.past]
-        return self._with(state, tuple(cache), state.width, indirection)
-
-    def _with(
-        self, state: InPlaceState, cache: Layers, width: int, indirection: np.ndarray
-    ) -> InPlaceState:
-        """`state` with other buffers (L keys then L values), width and indirection."""
         source = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
-        return self._moved(source, cache, width, indirection, state)
+        return self._moved(source, tuple(cache), state.width, indirection, state)
 
     def _moved(
         self,
@@ -137,11 +131,13 @@ class InPlaceStep(OrtStep):
         )
 
     @staticmethod
-    def _copy(array: np.ndarray, rows: np.ndarray, past: int, lease: Lease) -> np.ndarray:
-        """`array`'s rows `rows` (its first `past` positions). Rows in increasing order are
-        moved down inside `array` (only those that move) and a prefix view is returned, so
-        dropping rows allocates nothing; other orders are copied into a new buffer."""
-        runs = _runs(rows)
+    def _copy(
+        array: np.ndarray, rows: np.ndarray, runs: Runs | None, past: int, lease: Lease
+    ) -> np.ndarray:
+        """`array`'s rows `rows` (its first `past` positions). Rows in increasing order (their
+        `runs`) are moved down inside `array` (only those that move) and a prefix view is
+        returned, so dropping rows allocates nothing; other orders are copied into a new
+        buffer."""
         if runs is not None:
             _compacted(array[:, :, :past], runs)  # a view: moves the rows inside `array`
             return array[: len(rows)]
@@ -196,11 +192,10 @@ class InPlaceStep(OrtStep):
         return logits, state
 
     def _source(
-        self, state: InPlaceState, rows: np.ndarray
+        self, state: InPlaceState, rows: np.ndarray, runs: Runs | None
     ) -> tuple[Layers, Layers, np.ndarray, np.ndarray]:
-        """`select_source`, except that rows leaving (`rows` increasing) move the cross K/V
-        rows that stay down inside their arrays instead of copying them out."""
-        runs = _runs(rows)
+        """`select_source`, except that rows leaving (`rows` increasing: their `runs`) move
+        the cross K/V rows that stay down inside their arrays instead of copying them out."""
         if runs is None or np.array_equal(state.source_rows[rows], state.source_rows):
             return self.select_source(state, rows)
         cross = tuple(_compacted(a, runs) for a in (*state.cross_k, *state.cross_v))
@@ -215,19 +210,22 @@ class InPlaceStep(OrtStep):
         old_block, count = rows // width, len(rows)
         flat = state.indirection.reshape(state.batch, state.cache_len)
         if count == state.batch and np.array_equal(old_block, np.arange(count) // width):
-            outer = self.select_source(state, rows)  # the same arrays: rows keep their inputs
+            # The rows of a block share their source row, so cross K/V and mask stay as
+            # they are, and so does the binding.
+            outer = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
             indirection = flat[rows].reshape(state.indirection.shape)
             moved = self._moved(outer, state.cache_k + state.cache_v, width, indirection, state)
-            if outer[0] is state.cross_k and outer[2] is state.src_mask:
-                moved.binding = state.binding  # the same arrays: bound as they are
+            moved.binding = state.binding
             return moved
         new_width = _run_width(old_block)
         blocks = old_block.reshape(-1, width) if new_width == width else None
         if blocks is not None and (blocks == blocks[:, :1]).all():
             source = (blocks[:, :1] * width + np.arange(width)).ravel()  # whole old blocks
-            outer = self._source(state, source)  # a block's rows share their cross K/V
+            runs = _runs(source)
+            outer = self._source(state, source, runs)  # a block's rows share their cross K/V
             cache = tuple(
-                self._copy(a, source, past, state.lease) for a in (*state.cache_k, *state.cache_v)
+                self._copy(a, source, runs, past, state.lease)
+                for a in (*state.cache_k, *state.cache_v)
             )
             indirection = flat[rows].reshape(-1, width, state.cache_len)
             return self._moved(outer, cache, width, indirection, state)
@@ -257,25 +255,17 @@ def _run_width(old_block: np.ndarray) -> int:
     return int(lengths[0]) if unique and (lengths == lengths[0]).all() else 1
 
 
-@lru_cache(maxsize=8)
-def _runs_of(rows: bytes) -> tuple[tuple[int, int, int], ...] | None:
-    """`_runs` on the bytes of an int64 array (cached: one select asks for the same rows'
-    runs once per buffer)."""
-    ids = np.frombuffer(rows, np.int64)
-    if not len(ids) or not (np.diff(ids) > 0).all():
-        return None
-    starts = np.flatnonzero(np.diff(ids, prepend=ids[0] - 2) != 1)
-    lengths = np.diff(np.append(starts, len(ids)))
-    return tuple((int(t), int(ids[t]), int(n)) for t, n in zip(starts, lengths, strict=True))
-
-
-def _runs(rows: np.ndarray) -> tuple[tuple[int, int, int], ...] | None:
+def _runs(rows: np.ndarray) -> Runs | None:
     """Increasing `rows` (B',) as (first new row, first old row, length) of its runs of
     consecutive rows; None when `rows` is not increasing."""
-    return _runs_of(np.ascontiguousarray(rows, np.int64).tobytes())
+    if not len(rows) or not (np.diff(rows) > 0).all():
+        return None
+    starts = np.flatnonzero(np.diff(rows, prepend=rows[0] - 2) != 1)
+    lengths = np.diff(np.append(starts, len(rows)))
+    return tuple((int(t), int(rows[t]), int(n)) for t, n in zip(starts, lengths, strict=True))
 
 
-def _compacted(array: np.ndarray, runs: tuple[tuple[int, int, int], ...]) -> np.ndarray:
+def _compacted(array: np.ndarray, runs: Runs) -> np.ndarray:
     """`array`'s rows given by `runs` (`_runs`), moved down inside `array`: its first rows,
     a view."""
     for target, source, length in runs:
