@@ -65,7 +65,7 @@ wheel: $(STAMP)
 	$(BIN)/python -c "import setuptools.build_meta as b; b.build_sdist('dist')"
 
 # edgeseq next to transformers, Optimum and CTranslate2 on an opus-mt-sized MarianMT built
-# here (docs/bench.md, "edgeseq vs what users run today"). Not part of `test`: ~30 min on 2
+# here (docs/compare.md, "What users run today"). Not part of `test`: ~30 min on 2
 # cores. Optimum runs in its own venv (optimum-onnx 0.1 pins transformers 4.57); the
 # checkpoint and every export stay in runs/vs-optimum for the next run.
 OPTIMUM_VENV := .venv-optimum
