@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from edgeseq.runtime.bundle import Bundle
+from edgeseq.runtime.graph_variants import SEARCH
 from edgeseq.runtime.search import GenerationOptions
 
 from .ort_worker import block_torch
@@ -40,9 +41,7 @@ def graph_jobs(
     """Bench jobs for every search graph of the bundle whose precision is benchmarked
     (every one, or those in `variants`)."""
     jobs = {}
-    for precision in bundle.manifest.get("search") or {}:
-        if precision not in ("fp32", "int8", "ort"):
-            continue
+    for precision in bundle.graph_variants.get(SEARCH.key, {}):
         if variants is None or precision in variants:
             extra = dict(bundle=str(bundle.path), precision=precision, provider=provider)
             jobs[f"ort:{PREFIX}{precision}"] = (
@@ -91,14 +90,15 @@ def measure_graph(
     import onnxruntime as ort
 
     from edgeseq.runtime.bundle import load_bundle
-    from edgeseq.runtime.graph_search import GraphSearch, search_file
+    from edgeseq.runtime.graph_search import GraphSearch
+    from edgeseq.runtime.graph_variants import graph_variant_path
     from edgeseq.runtime.providers import CPU_EP, session_options
 
     baseline = peak_rss_mb()
     start = time.perf_counter()
     bundle = load_bundle(bundle_dir)
     checked = time.perf_counter()
-    path = search_file(bundle, precision)
+    path = graph_variant_path(bundle, SEARCH.key, precision)
     providers = ["CUDAExecutionProvider", CPU_EP] if provider == "cuda" else [CPU_EP]
     graph = GraphSearch.open(
         bundle, precision, providers, session_options(spec.threads, optimization)

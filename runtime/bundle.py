@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from . import constants as C
 from .builtin import resolve_bundle
 from .config import ModelConfig
 from .errors import BundleError, ConfigError, TokenizerError
+from .graph_variants import read_graph_variants
 from .manifest import check_files, check_inside, read_manifest
 from .tokenizer import Tokenizer, TokenizerPair
 from .vocabulary import check_vocabulary
@@ -44,6 +46,8 @@ class Bundle:
     # variant name -> (encoder path, decoder path), or (model path,) for a GPT or BERT bundle
     variants: dict[str, tuple[Path, ...]]
     task: dict[str, Any] | None = None  # what the model was trained on, when recorded
+    # extra graphs (runtime/graph_variants.py): variant key -> {precision: graph path}
+    graph_variants: dict[str, dict[str, Path]] = dataclass_field(default_factory=dict)
 
     @property
     def default_variant(self) -> str:
@@ -173,8 +177,11 @@ def load_bundle(path: str | Path) -> Bundle:
         config = ModelConfig.from_dict(data["model"]).validate()
     except ConfigError as exc:
         raise BundleError(f"{path / C.CONFIG_FILE}: {exc}") from None
+    extra = read_graph_variants(path, manifest, listed, config)
     one_graph = {len(files) == 1 for files in variants.values()}
-    if one_graph != {config.architecture != "encoder-decoder"}:
+    if one_graph != {config.architecture != "encoder-decoder"} or (
+        extra and config.architecture != C.ENCODER_DECODER
+    ):
         raise BundleError(
             f"{path}: config.json describes an {config.architecture} model but the manifest's "
             "variants do not have its graphs; re-export the bundle"
@@ -183,23 +190,10 @@ def load_bundle(path: str | Path) -> Bundle:
     tokenizers = _tokenizers(path, names, listed)
     check_tokenizers(path, config, tokenizers)
     files = {side: names.get(side, C.TOKENIZER_FILE) for side in ("source", "target")}
-    check_vocabulary(path, manifest, files, _graph_files(path, variants, manifest, listed))
-    return Bundle(path, config, tokenizers, manifest, variants, data.get("task"))
-
-
-def _graph_files(
-    path: Path, variants: dict[str, tuple[Path, ...]], manifest: dict[str, Any], listed: set[str]
-) -> list[Path]:
-    """Every graph file of the bundle: each variant's, and the listed one-graph search and
-    step-batching and in-place cache decoder files."""
-    graphs = {p for files in variants.values() for p in files}
-    for key in ("search", "steps", "inplace"):
-        extra = manifest.get(key)
-        for entry in extra.values() if isinstance(extra, dict) else ():
-            name = entry.get("file") if isinstance(entry, dict) else None
-            if isinstance(name, str) and name in listed:
-                graphs.add(check_inside(path, name))
-    return sorted(graphs)
+    graphs = {p for pair in variants.values() for p in pair}
+    graphs |= {p for by_precision in extra.values() for p in by_precision.values()}
+    check_vocabulary(path, manifest, files, sorted(graphs))
+    return Bundle(path, config, tokenizers, manifest, variants, data.get("task"), extra)
 
 
 def check_tokenizers(path: Path, config: ModelConfig, tokenizers: TokenizerPair) -> None:

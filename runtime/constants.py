@@ -101,6 +101,16 @@ SEARCH_ATTENTION_MASK = "attention_mask"  # int32 [batch, src_len], 1 at real to
 SEARCH_SEQUENCES = "sequences"  # int32 [batch, num_return_sequences, max_length]
 SEARCH_OUTPUT_PAD = -1  # fills `sequences` after a hypothesis's last token
 SEARCH_SCORES = "sequences_scores"  # float [batch, num_return_sequences]
+SEARCH_INPUT_NAMES = (  # the BeamSearch node's inputs, in its order
+    SEARCH_INPUT_IDS,
+    SEARCH_MAX_LENGTH,
+    SEARCH_MIN_LENGTH,
+    SEARCH_NUM_BEAMS,
+    SEARCH_NUM_RETURN,
+    SEARCH_LENGTH_PENALTY,
+    SEARCH_REPETITION_PENALTY,
+    SEARCH_ATTENTION_MASK,
+)
 
 
 # Decoder-only and encoder-only bundles: one graph, `model.onnx`. The GPT names are Optimum's

@@ -41,6 +41,7 @@ from .graph_search import (
     unsupported_reason,
 )
 from .kinds import generator_class
+from .lazy import Lazy
 from .padding import right_pad
 from .providers import Providers, check_providers
 from .results import Candidate, Result, Source
@@ -85,13 +86,14 @@ class Generator:
         bundle: Bundle,
         step_model: StepModel | None,
         device: str = "cpu",
-        graph_search: GraphSearch | None = None,
+        graph_search: GraphSearch | Lazy[GraphSearch] | None = None,
         search_mode: str = "auto",
     ) -> None:
         self.bundle = bundle
         self.step_model = step_model
         self.device = device  # "cuda" or "cpu": where the graphs run
-        self.graph_search = graph_search  # the one-graph variant's session, when loaded
+        # the one-graph variant's session, or its opener (runtime/lazy.py), when the bundle has it
+        self._graph_search = graph_search
         self.search_mode = search_mode  # "auto", "graph" or "loop": see `uses_graph`
         self.variant = bundle.default_variant  # the graph variant running (`load` sets it)
 
@@ -138,6 +140,17 @@ class Generator:
         """Open `bundle`'s graphs as `how` says, for this kind (each kind overrides it)."""
         raise NotImplementedError(f"{cls.__name__} does not open bundles; use Generator.load")
 
+    @property
+    def has_graph_search(self) -> bool:
+        """Whether the one-graph search variant of the running precision can be used."""
+        return self._graph_search is not None
+
+    @property
+    def graph_search(self) -> GraphSearch | None:
+        """The one-graph search variant's session (opened on first use), or None."""
+        graph = self._graph_search
+        return graph.get() if isinstance(graph, Lazy) else graph
+
     def uses_graph(self, options: GenerationOptions, rows: int | None = None) -> bool:
         """Whether `generate` runs an engine batch of `rows` inputs (default
         options.batch_size) in the one-graph variant: with search "graph" whenever it is
@@ -145,7 +158,7 @@ class Generator:
         beam_size <= AUTO_GRAPH_MAX_HYPOTHESES (larger batches run on the loop, which drops
         finished inputs: docs/bench.md). Search "graph" with options it cannot run raises
         OptionsError."""
-        if self.graph_search is None or self.search_mode == "loop":
+        if not self.has_graph_search or self.search_mode == "loop":
             return False
         reason = unsupported_reason(options)
         if reason is not None and self.search_mode == "graph":

@@ -21,8 +21,6 @@ with search "auto" then runs that batch on the loop, so its results are the loop
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnxruntime as ort
 
@@ -30,7 +28,7 @@ from . import constants as C
 from .bundle import Bundle
 from .config import ModelConfig
 from .errors import BundleError, OptionsError
-from .providers import DISABLED_OPTIMIZERS
+from .graph_variants import SEARCH, open_graph_variant
 from .search import (
     GenerationOptions,
     Hypothesis,
@@ -48,22 +46,6 @@ SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` take
 AUTO_GRAPH_MAX_HYPOTHESES = 8
 
 
-def search_file(bundle: Bundle, precision: str) -> Path | None:
-    """Path of the bundle's one-graph search file for graph variant `precision` ("fp32",
-    "int8", "ort"), or None when it was not exported. A file named in the manifest must also
-    be in its checksum table (BundleError otherwise)."""
-    entry = (bundle.manifest.get("search") or {}).get(precision)
-    if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
-        return None
-    name = entry["file"]
-    if name not in (bundle.manifest.get("files") or {}):
-        raise BundleError(
-            f"{bundle.path / name} is not listed in {C.MANIFEST_FILE}, so its checksum cannot "
-            "be verified; re-export the bundle"
-        )
-    return bundle.path / name
-
-
 def unsupported_reason(options: GenerationOptions) -> str | None:
     """Why the one-graph variant cannot run `options`, or None when it can."""
     if options.sample:
@@ -78,7 +60,7 @@ class GraphSearch:
         self.session, self.config = session, config
         self.max_len = config.max_len
         names = {i.name for i in session.get_inputs()}
-        missing = [name for name in _input_names() if name not in names]
+        missing = [name for name in C.SEARCH_INPUT_NAMES if name not in names]
         if missing:
             raise BundleError(f"the search graph lacks the inputs {missing}; re-export it")
 
@@ -91,16 +73,8 @@ class GraphSearch:
         options: ort.SessionOptions | None = None,
     ) -> GraphSearch | None:
         """The bundle's search graph of `precision` on `providers`, or None when absent."""
-        path = search_file(bundle, precision)
-        if path is None:
-            return None
-        try:
-            session = ort.InferenceSession(
-                str(path), options, providers=providers, disabled_optimizers=DISABLED_OPTIMIZERS
-            )
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise BundleError(f"onnxruntime cannot load {path}: {exc}") from None
-        return cls(session, bundle.config)
+        session = open_graph_variant(bundle, SEARCH.key, precision, providers, options)
+        return None if session is None else cls(session, bundle.config)
 
     def feeds(self, src_ids: np.ndarray, options: GenerationOptions) -> dict[str, np.ndarray]:
         """The graph's inputs for src_ids int64 (B, S) right-padded with <pad>."""
@@ -192,16 +166,3 @@ def may_differ(
     bound = float(np.min(scores)) * min(1.0, open_factor)
     nth = hyps[min(options.n_best, len(hyps)) - 1].score
     return not nth > bound
-
-
-def _input_names() -> tuple[str, ...]:
-    return (
-        C.SEARCH_INPUT_IDS,
-        C.SEARCH_MAX_LENGTH,
-        C.SEARCH_MIN_LENGTH,
-        C.SEARCH_NUM_BEAMS,
-        C.SEARCH_NUM_RETURN,
-        C.SEARCH_LENGTH_PENALTY,
-        C.SEARCH_REPETITION_PENALTY,
-        C.SEARCH_ATTENTION_MASK,
-    )

@@ -29,22 +29,19 @@ load unchecked.
 from __future__ import annotations
 
 import hashlib
-import io
 import json
-import os
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from .errors import BundleError
+from .onnx_proto import read_onnx_metadata
 
 SIDES = ("source", "target")
 METADATA_KEYS = {side: f"edgeseq.{side}_vocab_sha256" for side in SIDES}
 MANIFEST_KEY = "vocabulary"
 HEX64 = re.compile(r"[0-9a-f]{64}")
-# ONNX ModelProto field numbers (onnx.proto): metadata_props holds StringStringEntryProto.
-METADATA_PROPS_FIELD, ENTRY_KEY_FIELD, ENTRY_VALUE_FIELD = 14, 1, 2
 
 
 # -- the fingerprint --------------------------------------------------------------------------
@@ -138,57 +135,6 @@ def graph_metadata(values: dict[str, str]) -> dict[str, str]:
 
 
 # -- reading the recorded fingerprints ------------------------------------------------------
-def _varint(read: IO[bytes]) -> int:
-    value, shift = 0, 0
-    while True:
-        byte = read.read(1)
-        if not byte or shift > 63:
-            raise ValueError("truncated varint")
-        value |= (byte[0] & 0x7F) << shift
-        shift += 7
-        if byte[0] < 0x80:
-            return value
-
-
-def _entry(data: bytes) -> tuple[str, str]:
-    """(key, value) of a serialised StringStringEntryProto."""
-    stream, found = io.BytesIO(data), {ENTRY_KEY_FIELD: b"", ENTRY_VALUE_FIELD: b""}
-    while stream.tell() < len(data):
-        tag = _varint(stream)
-        if tag & 7 != 2:
-            raise ValueError("metadata entry with a non-string field")
-        found[tag >> 3] = stream.read(_varint(stream))
-    return found[ENTRY_KEY_FIELD].decode("utf-8"), found[ENTRY_VALUE_FIELD].decode("utf-8")
-
-
-def read_onnx_metadata(path: str | Path) -> dict[str, str]:
-    """The `metadata_props` of an .onnx file, read from the top level of its protobuf
-    without loading the graph (whose bytes are skipped with a seek)."""
-    out: dict[str, str] = {}
-    try:
-        with open(path, "rb") as fh:
-            size = os.fstat(fh.fileno()).st_size
-            while fh.tell() < size:
-                tag = _varint(fh)
-                wire = tag & 7
-                if wire == 0:
-                    _varint(fh)
-                elif wire in (1, 5):
-                    fh.seek(8 if wire == 1 else 4, os.SEEK_CUR)
-                elif wire == 2:
-                    length = _varint(fh)
-                    if tag >> 3 != METADATA_PROPS_FIELD:
-                        fh.seek(length, os.SEEK_CUR)
-                        continue
-                    key, value = _entry(fh.read(length))
-                    out[key] = value
-                else:
-                    raise ValueError(f"wire type {wire}")
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
-        raise BundleError(f"{path} is not an ONNX model ({exc}); re-export the bundle") from None
-    return out
-
-
 def recorded(
     directory: Path, manifest: dict[str, Any], graphs: list[Path]
 ) -> dict[str, list[tuple[str, str]]]:

@@ -14,6 +14,7 @@ in and the logits come out each step. Inputs and outputs are fed and read by nam
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,7 +26,9 @@ from ..config import ModelConfig
 from ..errors import BundleError
 from ..generator import Generator, OpenOptions
 from ..graph_search import GraphSearch
-from ..providers import open_session, open_sessions, session_options
+from ..graph_variants import IN_PLACE, SEARCH, graph_variant_path, open_graph_variant
+from ..lazy import Lazy
+from ..providers import open_sessions
 from ..search import GenerationOptions
 from ..step import StepModel
 from .in_place import InPlaceStep
@@ -161,20 +164,29 @@ class Seq2SeqGenerator(Generator):
     """An encoder–decoder bundle: the two graphs stepped from Python, or the one-graph
     search variant where `search` allows it (`Generator.uses_graph`). On the CPU, beam search
     on the loop runs the in-place cache decoder when the bundle has one for the variant
-    (runtime/kinds/in_place.py); greedy search and sampling run decoder.onnx."""
+    (runtime/kinds/in_place.py); greedy search and sampling run decoder.onnx. Both extra
+    graphs are opened on first use (runtime/lazy.py): a server that never runs beam search
+    never loads the in-place decoder."""
 
-    in_place: StepModel | None = None  # the in-place cache step model, when opened
+    _in_place: Lazy[InPlaceStep] | None = None  # the in-place cache step model's opener
+
+    @property
+    def in_place(self) -> InPlaceStep | None:
+        """The in-place cache step model (opened now if this is its first use), or None."""
+        return None if self._in_place is None else self._in_place.get()
 
     def loop_model(self, options: GenerationOptions) -> StepModel:
-        """The in-place cache step model for beam search when opened, else the step model."""
-        if options.method == "beam" and self.in_place is not None:
-            return self.in_place
+        """The in-place cache step model for beam search when the bundle has it, else the
+        step model."""
+        if options.method == "beam" and self._in_place is not None:
+            return self._in_place.get()
         return super().loop_model(options)
 
     @classmethod
     def open(cls, bundle: Bundle, how: OpenOptions) -> Seq2SeqGenerator:
-        """Open the encoder and decoder of `how.variant` (see `Generator.load`), and the
-        search variant of its precision unless `how.search` is "loop"."""
+        """Open the encoder and decoder of `how.variant` (see `Generator.load`); the search
+        variant of its precision (unless `how.search` is "loop") and the in-place decoder are
+        opened when first used, on the providers and options the two graphs run with."""
         variant, search = how.variant, how.search
         encoder_path, decoder_path = bundle.graphs(variant)
         encoder, decoder, device = open_sessions(
@@ -185,27 +197,29 @@ class Seq2SeqGenerator(Generator):
             step: StepModel = OrtBoundStep(encoder, decoder, bundle.config, "cuda")
         else:
             step = OrtStep(encoder, decoder, bundle.config)
+        providers, options = decoder.get_providers(), decoder.get_session_options()
+
+        def opener(key: str) -> Callable[[], ort.InferenceSession] | None:
+            if graph_variant_path(bundle, key, variant) is None:
+                return None
+            return lambda: open_graph_variant(bundle, key, variant, providers, options)
+
         graph = None
-        if search != "loop":
-            precision = variant if variant in C.SEARCH_FILES else None  # fp16: none
-            options = session_options(how.threads, how.optimization)
-            graph = (  # on the providers the two graphs really run on
-                GraphSearch.open(bundle, precision, encoder.get_providers(), options)
-                if precision
-                else None
+        open_search = opener(SEARCH.key) if search != "loop" else None
+        if open_search is not None:
+            graph = Lazy(lambda: GraphSearch(open_search(), bundle.config))
+        elif search == "graph":
+            raise BundleError(
+                f"{bundle.path} has no one-graph search variant for {variant!r}; export "
+                f"it with {SEARCH.export_hint(variant)}, or choose search 'auto' or 'loop' "
+                "(--search auto|loop)"
             )
-            if graph is None and search == "graph":
-                raise BundleError(
-                    f"{bundle.path} has no one-graph search variant for {variant!r}; export "
-                    "it with edgeseq export --variants fp32,search (plus int8 or ort for "
-                    "those), or choose search 'auto' or 'loop' (--search auto|loop)"
-                )
+        if search == "graph" and graph is not None:
+            graph.get()  # insisted on: a graph that cannot run is refused at load
         generator = cls(bundle, step, device, graph, search)
-        in_place = (bundle.manifest.get("inplace") or {}).get(variant)
-        if device == "cpu" and isinstance(in_place, dict):
-            path = bundle.path / in_place["file"]
-            decoder_in_place, _ = open_session(path, how.providers, how.threads, how.optimization)
-            generator.in_place = InPlaceStep(encoder, decoder_in_place, bundle.config)
+        open_in_place = opener(IN_PLACE.key)
+        if device == "cpu" and open_in_place is not None:
+            generator._in_place = Lazy(lambda: InPlaceStep(encoder, open_in_place(), bundle.config))
         return generator
 
 

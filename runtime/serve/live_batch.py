@@ -28,10 +28,9 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import constants as C
-from ..errors import BundleError
 from ..generator import Generator
+from ..graph_variants import STEPS, open_graph_variant
 from ..padding import right_pad
-from ..providers import DISABLED_OPTIMIZERS
 
 Layers = list[np.ndarray]  # one (B, H, T, dh) array per decoder layer
 
@@ -57,38 +56,21 @@ class StepsDecoder:
         """The steps graph of `generator`'s variant on the decoder's providers and options, or
         None when the bundle has none for that variant (or is not an encoder–decoder)."""
         bundle, step_model = generator.bundle, generator.step_model
-        entry = (bundle.manifest.get("steps") or {}).get(generator.variant)
-        if not isinstance(entry, dict) or not isinstance(entry.get("file"), str):
-            return None
         encoder, decoder = (
             getattr(step_model, "encoder", None),
             getattr(step_model, "decoder", None),
         )
         if encoder is None or decoder is None:
             return None
-        name = entry["file"]
-        if name not in (bundle.manifest.get("files") or {}):
-            raise BundleError(
-                f"{bundle.path / name} is not listed in {C.MANIFEST_FILE}, so its checksum "
-                "cannot be verified; re-export the bundle"
-            )
-        try:
-            session = ort.InferenceSession(
-                str(bundle.path / name),
-                decoder.get_session_options(),
-                providers=decoder.get_providers(),
-                disabled_optimizers=DISABLED_OPTIMIZERS,
-            )
-        except Exception as exc:  # onnxruntime raises its own exception types
-            raise BundleError(f"onnxruntime cannot load {bundle.path / name}: {exc}") from None
-        layers = generator.config.n_decoder_layers
-        got = {a.name for a in session.get_inputs()} | {a.name for a in session.get_outputs()}
-        want = {*C.steps_decoder_inputs(layers), *C.decoder_outputs(layers)}
-        if got != want:
-            raise BundleError(
-                f"{bundle.path / name} does not have the step-batching decoder's inputs and "
-                f"outputs for {layers} decoder layers; re-export the bundle"
-            )
+        session = open_graph_variant(
+            bundle,
+            STEPS.key,
+            generator.variant,
+            decoder.get_providers(),
+            decoder.get_session_options(),
+        )
+        if session is None:
+            return None
         return cls(encoder, session, generator)
 
     def encode(self, src_ids: np.ndarray) -> tuple[Layers, Layers]:
