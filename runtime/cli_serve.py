@@ -69,7 +69,8 @@ def _require(module: str, extra: str) -> None:
     "--max-batch-tokens",
     type=click.IntRange(min=1),
     default=None,
-    help="Also cap a merged batch's source tokens (default: no cap).",
+    help="Also cap a merged batch's source tokens; step batching: those of the inputs in "
+    "flight (default: no cap).",
 )
 @click.option(
     "--max-wait-ms",

@@ -19,31 +19,35 @@ scores can move in the 7th significant digit); with int8 graphs it can (activati
 quantized per tensor over the batch: docs/runtime.md). If a merged batch fails, each
 request in it is run again alone, so one bad request cannot fail the others.
 
-The queue is bounded in inputs: `submit` raises `QueueFullError` when a request would not fit
-(the server answers 429). A request still queued after its timeout is dropped unrun.
+The queue (`self.queue`, a `BoundedQueue` of runtime/serve/queue.py) is bounded in inputs:
+`submit` raises `QueueFullError` when a request would not fit (the server answers 429) and
+`ShuttingDownError` once `close` began. A request still queued after its timeout is dropped
+unrun.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ..errors import EdgeseqError
 from ..generator import Generator, Result
 from ..search import MAX_HYPOTHESES, GenerationOptions
+from .queue import BoundedQueue, QueueFullError, ShuttingDownError
 
-
-class QueueFullError(EdgeseqError):
-    """The batching queue has no room for a request; retry later."""
-
-
-class ShuttingDownError(EdgeseqError):
-    """The server is draining its queue before exit and takes no new requests."""
+__all__ = [
+    "BatchSettings",
+    "Batcher",
+    "Job",
+    "QueueFullError",
+    "RequestTimeoutError",
+    "ShuttingDownError",
+    "options_key",
+    "run_merged",
+]
 
 
 class RequestTimeoutError(EdgeseqError, TimeoutError):
@@ -110,23 +114,6 @@ def run_merged(
     return out
 
 
-def enqueue(queue: Any, job: Any, inputs: int) -> None:
-    """Append `job` (of `inputs` inputs) to `queue._waiting` under `queue._cv` and wake a
-    worker; ShuttingDownError once `queue._closing`, QueueFullError when it would hold more
-    than `queue.settings.max_queue` inputs. Shared by Batcher and continuous.StepBatcher."""
-    with queue._cv:
-        if queue._closing:
-            raise ShuttingDownError("the server is shutting down; send the request elsewhere")
-        if inputs > queue.settings.max_queue - queue._queued_inputs:
-            raise QueueFullError(
-                f"the queue is full ({queue._queued_inputs} inputs waiting, at most "
-                f"{queue.settings.max_queue}); retry later"
-            )
-        queue._waiting.append(job)
-        queue._queued_inputs += inputs
-        queue._cv.notify()
-
-
 class Batcher:
     """A bounded queue of requests and the worker threads that run them in batches."""
 
@@ -140,16 +127,13 @@ class Batcher:
         self.generator = generator
         self.settings = settings or BatchSettings()
         self.on_batch = on_batch
-        self._waiting: deque[Job] = deque()
-        self._queued_inputs = 0
-        self._cv = threading.Condition()
-        self._closing = False
+        self.queue: BoundedQueue[Job] = BoundedQueue(self.settings.max_queue)
         self._threads: list[threading.Thread] = []
 
     @property
     def queued_inputs(self) -> int:
         """Inputs waiting for a batch."""
-        return self._queued_inputs
+        return self.queue.queued_inputs
 
     def start(self) -> None:
         """Start the worker threads."""
@@ -164,14 +148,12 @@ class Batcher:
         """Queue a request; its future gets list[Result] (one per text) or an exception.
         Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
         job = Job(list(texts), options, tokens, time.monotonic() + timeout_s)
-        enqueue(self, job, len(texts))
+        self.queue.put(job, len(texts))
         return job.future
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, run every queued one, and join the workers."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
+        self.queue.close()
         for thread in self._threads:
             thread.join(timeout_s)
 
@@ -188,38 +170,35 @@ class Batcher:
         None once closing with nothing left."""
         settings = self.settings
         free = time.monotonic()  # when this worker became free to run a batch
-        with self._cv:
-            while not self._waiting and not self._closing:
-                self._cv.wait()
-            if not self._waiting:
-                return None
-            first = self._take(self._waiting[0])
-            key = options_key(first.options, settings.max_batch)
-            batch = [first]
-            rows, tokens = len(first.texts), first.tokens
-            until = max(first.arrived, free) + settings.max_wait_ms / 1000
-            while True:
-                for job in list(self._waiting):
-                    if options_key(job.options, settings.max_batch) != key:
-                        continue
-                    if rows + len(job.texts) > settings.max_batch:
-                        continue
-                    budget = settings.max_batch_tokens
-                    if budget is not None and tokens + job.tokens > budget:
-                        continue
-                    batch.append(self._take(job))
-                    rows, tokens = rows + len(job.texts), tokens + job.tokens
-                left = until - time.monotonic()
-                if rows >= settings.max_batch or self._closing or left <= 0:
-                    break
-                self._cv.wait(left)
-        return [job for job in batch if self._start(job)]
+        first = self.queue.pop_oldest()
+        if first is None:
+            return None
+        key = options_key(first.options, settings.max_batch)
+        rows, tokens = len(first.texts), first.tokens
+        until = max(first.arrived, free) + settings.max_wait_ms / 1000
 
-    def _take(self, job: Job) -> Job:
-        """Remove `job` from the queue (lock held)."""
-        self._waiting.remove(job)
-        self._queued_inputs -= len(job.texts)
-        return job
+        def fits(job: Job) -> bool:
+            budget = settings.max_batch_tokens
+            return (
+                options_key(job.options, settings.max_batch) == key
+                and rows + len(job.texts) <= settings.max_batch
+                and (budget is None or tokens + job.tokens <= budget)
+            )
+
+        def joins(job: Job) -> bool:
+            nonlocal rows, tokens
+            if not fits(job):
+                return False
+            rows, tokens = rows + len(job.texts), tokens + job.tokens
+            return True
+
+        batch = [first]
+        while True:
+            batch += self.queue.take(joins)
+            if rows >= settings.max_batch or self.queue.closed or time.monotonic() >= until:
+                break
+            self.queue.wait(until, lambda jobs: any(fits(job) for job in jobs))
+        return [job for job in batch if self._start(job)]
 
     @staticmethod
     def _start(job: Job) -> bool:

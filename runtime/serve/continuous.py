@@ -9,15 +9,18 @@ next decoder step and leave it the step they finish, answered at once.
     batcher.close()            # runs what is queued and in flight, then stops the thread
 
 One thread runs the loop: take the queued requests that fit (up to `max_batch` rows in
-flight; a request's inputs join together, in arrival order; when nothing is in flight the
-first request waits up to `max_wait_ms` for others), run the encoder once on the inputs that
-join, add them to the live batch (runtime/serve/live_batch.py), run one decoder step for
-every row, choose each row's arg-max token, and answer every request whose last row ended
+flight and, if `max_batch_tokens` is set, up to that many source tokens (with </s>) in the
+rows in flight; a request's inputs join together, in arrival order, and a request over
+either bound joins an empty batch alone; when nothing is in flight the first request waits
+up to `max_wait_ms` for others), run the encoder once on the inputs that join, add them to
+the live batch (runtime/serve/live_batch.py), run one decoder step for every row, choose
+each row's arg-max token, and answer every request whose last row ended
 (`</s>` or its token budget). Each row keeps its own position, budget (`max_new_tokens`) and
 score, so requests with different greedy options share the batch, and a row's tokens and
 score are those `Generator.generate` gives it (fp32; int8 quantizes activations over the
 batch, as whole-request batching does). Beam search and sampling stay on the whole-request
-`Batcher`: `SplitBatcher` routes each request to the one that runs it.
+`Batcher`: `SplitBatcher` routes each request to the one that runs it, and makes both queues
+(runtime/serve/queue.py) count against one `max_queue` limit.
 
 A request still queued past its deadline is dropped unrun; rows of a request past its
 deadline leave the batch (the server has answered 504). If a step fails, every request in
@@ -28,8 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
@@ -39,15 +41,9 @@ from ..errors import EdgeseqError, OptionsError
 from ..generator import Generator, Result
 from ..results import Candidate, Source
 from ..search import GenerationOptions, log_softmax, normalized_score, step_budget
-from .batcher import (
-    Batcher,
-    BatchSettings,
-    QueueFullError,
-    RequestTimeoutError,
-    enqueue,
-    run_merged,
-)
+from .batcher import Batcher, BatchSettings, RequestTimeoutError, run_merged
 from .live_batch import LiveBatch, StepsDecoder
+from .queue import BoundedQueue, QueueLimit
 
 BATCHING_MODES = ("auto", "step", "request")
 # (rows in the step, inputs that joined, tokens chosen, seconds) after every decoder step
@@ -76,6 +72,7 @@ class StepJob:
     texts: list[str]
     options: GenerationOptions
     deadline: float  # time.monotonic() after which it is dropped
+    tokens: int = 0  # source tokens with </s>, for the token budget
     arrived: float = field(default_factory=time.monotonic)
     future: Future = field(default_factory=Future)
     results: list[Result | None] = field(default_factory=list)
@@ -116,16 +113,13 @@ class StepBatcher:
         self.generator, self.steps = generator, steps
         self.settings = settings or BatchSettings()
         self.on_step = on_step
-        self._waiting: deque[StepJob] = deque()
-        self._queued_inputs = 0
-        self._cv = threading.Condition()
-        self._closing = False
+        self.queue: BoundedQueue[StepJob] = BoundedQueue(self.settings.max_queue)
         self._thread: threading.Thread | None = None
 
     @property
     def queued_inputs(self) -> int:
         """Inputs waiting to join the batch."""
-        return self._queued_inputs
+        return self.queue.queued_inputs
 
     def start(self) -> None:
         """Start the thread that runs the batch."""
@@ -136,18 +130,18 @@ class StepBatcher:
         self, texts: list[str], options: GenerationOptions, timeout_s: float, tokens: int = 0
     ) -> Future:
         """Queue a greedy request; its future gets list[Result] (one per text) or an
-        exception. Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
+        exception. Raises QueueFullError when the queue cannot take `len(texts)` more inputs.
+        `tokens`: its source tokens with </s> (what `max_batch_tokens` counts, as for
+        Batcher.submit; 0 leaves the request out of the budget)."""
         if options.method != "greedy":
             raise OptionsError("step batching runs greedy requests; send this one to Batcher")
-        job = StepJob(list(texts), options, time.monotonic() + timeout_s)
-        enqueue(self, job, len(texts))
+        job = StepJob(list(texts), options, time.monotonic() + timeout_s, tokens)
+        self.queue.put(job, len(texts))
         return job.future
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop taking requests, finish the queued and running ones, and join the thread."""
-        with self._cv:
-            self._closing = True
-            self._cv.notify_all()
+        self.queue.close()
         if self._thread is not None:
             self._thread.join(timeout_s)
 
@@ -163,7 +157,9 @@ class StepBatcher:
         rows: list[Row | None] = []  # the row in each slot of the batch (None: free)
         done: list[int] = []  # slots whose rows ended at the last step
         while True:
-            jobs = self._take(sum(r is not None for r in rows) - len(done))
+            ended = set(done)
+            flight = [r for slot, r in enumerate(rows) if r is not None and slot not in ended]
+            jobs = self._take(len(flight), sum(len(r.source.ids) for r in flight))
             if jobs is None:
                 return
             try:
@@ -173,33 +169,42 @@ class StepBatcher:
                 self._run_alone(flight + [j for j in jobs if j not in flight])
                 batch, rows, done = LiveBatch(self.steps), [], []
 
-    def _take(self, in_flight: int) -> list[StepJob] | None:
-        """The queued jobs that join at this step (waiting for work, and up to max_wait_ms for
-        company when nothing is in flight); None once closing with nothing left."""
-        settings = self.settings
-        with self._cv:
-            if not in_flight:
-                free = time.monotonic()
-                while not self._waiting and not self._closing:
-                    self._cv.wait()
-                if not self._waiting:
-                    return None
-                until = max(self._waiting[0].arrived, free) + settings.max_wait_ms / 1000
-                while (left := until - time.monotonic()) > 0 and not self._closing:
-                    if sum(len(j.texts) for j in self._waiting) >= settings.max_batch:
-                        break
-                    self._cv.wait(left)
-            taken, room = [], settings.max_batch - in_flight
-            while self._waiting:
-                fits = len(self._waiting[0].texts) <= room
-                if not fits and (in_flight or taken):  # a larger request joins an empty batch
-                    break
-                job = self._waiting.popleft()
-                self._queued_inputs -= len(job.texts)
-                room -= len(job.texts)
-                if self._runnable(job):
-                    taken.append(job)
-        return taken
+    def _take(self, in_flight: int, in_flight_tokens: int) -> list[StepJob] | None:
+        """The queued jobs that join at this step, in arrival order, while the rows in flight
+        stay within max_batch and their source tokens within max_batch_tokens (a request
+        over either joins an empty batch, alone). When nothing is in flight: wait for work,
+        then up to max_wait_ms for company. None once closing with nothing left."""
+        settings, budget = self.settings, self.settings.max_batch_tokens
+        rows, tokens, taken = in_flight, in_flight_tokens, []
+
+        def fits(more_rows: int, more_tokens: int) -> bool:
+            within = budget is None or tokens + more_tokens <= budget
+            return rows + more_rows <= settings.max_batch and within
+
+        def full(queued: Sequence[StepJob]) -> bool:  # no room would be left: stop waiting
+            more_tokens = tokens + sum(job.tokens for job in queued)
+            return rows + sum(len(job.texts) for job in queued) >= settings.max_batch or (
+                budget is not None and more_tokens >= budget
+            )
+
+        if not in_flight:
+            free = time.monotonic()
+            first = self.queue.pop_oldest()
+            if first is None:
+                return None
+            taken, rows, tokens = [first], len(first.texts), first.tokens
+            self.queue.wait(max(first.arrived, free) + settings.max_wait_ms / 1000, full)
+        blocked = False  # once a job does not fit, the later ones wait behind it
+
+        def joins(job: StepJob) -> bool:
+            nonlocal rows, tokens, blocked
+            blocked = blocked or not fits(len(job.texts), job.tokens)
+            if not blocked:
+                rows, tokens = rows + len(job.texts), tokens + job.tokens
+            return not blocked
+
+        taken += self.queue.take(joins)
+        return [job for job in taken if self._runnable(job)]
 
     @staticmethod
     def _runnable(job: StepJob) -> bool:
@@ -308,8 +313,13 @@ class SplitBatcher:
     interface (`submit`, `start`, `close`, `queued_inputs`, `on_batch`)."""
 
     def __init__(self, requests: Batcher, steps: StepBatcher) -> None:
+        """Both batchers' queues count against one limit of `requests.settings.max_queue`
+        inputs (their queues must be empty)."""
         self.requests, self.steps = requests, steps
         self.settings = requests.settings
+        self.limit = QueueLimit(self.settings.max_queue)
+        requests.queue.use_limit(self.limit)
+        steps.queue.use_limit(self.limit)
 
     @property
     def on_batch(self) -> Callable[[int, int, float], None] | None:
@@ -323,7 +333,7 @@ class SplitBatcher:
     @property
     def queued_inputs(self) -> int:
         """Inputs waiting in both queues."""
-        return self.requests.queued_inputs + self.steps.queued_inputs
+        return self.limit.used
 
     def start(self) -> None:
         """Start both batchers' threads."""
@@ -335,18 +345,12 @@ class SplitBatcher:
     ) -> Future:
         """Queue a request with the batcher that runs it; QueueFullError when both queues
         together cannot take `len(texts)` more inputs."""
-        waiting, limit = self.queued_inputs, self.settings.max_queue
-        if len(texts) > limit - waiting:
-            raise QueueFullError(
-                f"the queue is full ({waiting} inputs waiting, at most {limit}); retry later"
-            )
         target = self.steps if options.method == "greedy" else self.requests
         return target.submit(texts, options, timeout_s, tokens)
 
     def close(self, timeout_s: float | None = None) -> None:
         """Stop taking requests; run everything queued and in flight; join the threads."""
-        for batcher in (self.steps, self.requests):
-            with batcher._cv:  # both refuse new requests before either drains
-                batcher._closing = True
+        self.steps.queue.close()  # both refuse new requests before either drains
+        self.requests.queue.close()
         self.steps.close(timeout_s)
         self.requests.close(timeout_s)
