@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import onnxruntime as ort
 
@@ -38,8 +38,13 @@ from .manifest import check_inside
 from .onnx_proto import read_onnx_io
 from .providers import create_session
 
-if TYPE_CHECKING:
-    from .bundle import Bundle
+
+class HasGraphVariants(Protocol):
+    """What the openers read of a loaded bundle (runtime/bundle.py's `Bundle`)."""
+
+    graph_variants: dict[str, dict[str, Path]]
+    config: ModelConfig
+
 
 Names = Callable[[ModelConfig], tuple[str, ...]]
 
@@ -135,13 +140,13 @@ def read_graph_variants(
     return found
 
 
-def graph_variant_path(bundle: Bundle, key: str, precision: str) -> Path | None:
+def graph_variant_path(bundle: HasGraphVariants, key: str, precision: str) -> Path | None:
     """The file of variant `key` in `precision`, or None when the bundle has none."""
     return bundle.graph_variants.get(key, {}).get(precision)
 
 
 def open_graph_variant(
-    bundle: Bundle,
+    bundle: HasGraphVariants,
     key: str,
     precision: str,
     providers: list[Any],
