@@ -17,6 +17,8 @@ on stdin:
 `generate` runs with the options `vs_optimum.py` gives every engine (no sampling, length
 penalty 1, early stopping, no forced `</s>` at the cap); tokens are each output's ids plus
 one for `</s>` when it ended before the cap. An empty line ends the worker.
+`generate_batches` is that call for any transformers model: `vs_optimum_engines` runs
+MarianMTModel through it too.
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 EOS = 0  # Marian's </s>
+# beam search as edgeseq's Marian parity runs it (edgeseq.export.sources.marian.BEAM_OPTIONS)
+BEAM_OPTIONS = {"length_penalty": 1.0, "early_stopping": True}
 
 
-def load(marian_dir: Path, onnx_dir: Path, threads: int) -> tuple[object, float]:
+def load(marian_dir: Path, onnx_dir: Path, threads: int) -> tuple[Any, float]:
     """The ORTModelForSeq2SeqLM of `onnx_dir` (exported from `marian_dir` when absent) and
     the export's seconds (0 when reused)."""
     import onnxruntime
@@ -52,37 +57,54 @@ def load(marian_dir: Path, onnx_dir: Path, threads: int) -> tuple[object, float]
     return model, export_s
 
 
-def run(model: object, request: dict) -> dict:
-    """Generate every batch of `request` (module docstring) -> outputs and tokens."""
+def ended_row(row: list[int], pad: int) -> tuple[tuple[int, ...], bool]:
+    """A generated row (no decoder start) cut at `</s>`, pads dropped; whether it ended."""
+    ended = EOS in row
+    return tuple(t for t in (row[: row.index(EOS)] if ended else row) if t != pad), ended
+
+
+def generate_batches(
+    model: Any, batches: list[list[list[int]]], beam: int, max_new: int, pad: int
+) -> tuple[list[tuple[int, ...]], int]:
+    """`model.generate` (a transformers or Optimum seq2seq model) on every batch of Marian
+    source ids, greedy or beam with BEAM_OPTIONS, no sampling, no `</s>` forced at the cap,
+    at most `max_new` tokens -> outputs (ids without the decoder start and `</s>`) and
+    tokens (ids plus one for `</s>` when it ended)."""
     import torch
 
-    pad, cap, beam = request["pad"], request["max_new_tokens"], request["beam"]
-    search = {"num_beams": beam} | (
-        {"length_penalty": 1.0, "early_stopping": True} if beam > 1 else {}
-    )
+    search = BEAM_OPTIONS | {"num_beams": beam} if beam > 1 else {"num_beams": 1}
     outputs, tokens = [], 0
-    for batch in request["batches"]:
+    for batch in batches:
         width = max(map(len, batch))
         ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch])
         mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in batch])
-        out = model.generate(
-            input_ids=ids,
-            attention_mask=mask,
-            max_new_tokens=cap,
-            max_length=None,
-            do_sample=False,
-            forced_eos_token_id=None,
-            **search,
-        )
+        with torch.inference_mode():
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                max_new_tokens=max_new,
+                max_length=None,
+                do_sample=False,
+                forced_eos_token_id=None,
+                **search,
+            )
         for row in out[:, 1:].tolist():
-            ended = EOS in row
-            row = [t for t in (row[: row.index(EOS)] if ended else row) if t != pad]
-            outputs.append(row)
-            tokens += len(row) + ended
+            ids, ended = ended_row(row, pad)
+            outputs.append(ids)
+            tokens += len(ids) + ended
+    return outputs, tokens
+
+
+def run(model: Any, request: dict) -> dict:
+    """Generate every batch of `request` (module docstring) -> outputs and tokens."""
+    outputs, tokens = generate_batches(
+        model, request["batches"], request["beam"], request["max_new_tokens"], request["pad"]
+    )
     return {"outputs": outputs, "tokens": tokens}
 
 
 def main() -> int:
+    """Load (export when absent), print the ready line, answer requests until an empty line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("marian_dir", type=Path)
     parser.add_argument("onnx_dir", type=Path)
@@ -108,15 +130,13 @@ def main() -> int:
             "torch": torch.__version__,
         },
     }
-    with torch.inference_mode():
-        run(model, {"batches": [[[5, EOS]]], "beam": 1, "max_new_tokens": 2, "pad": 0})
+    run(model, {"batches": [[[5, EOS]]], "beam": 1, "max_new_tokens": 2, "pad": 0})
     ready["imported"] = [m for m in ("torch", "transformers") if m in sys.modules]
     print(json.dumps({"ready": ready}), flush=True)
     for line in sys.stdin:
         if not line.strip():
             break
-        with torch.inference_mode():
-            print(json.dumps(run(model, json.loads(line))), flush=True)
+        print(json.dumps(run(model, json.loads(line))), flush=True)
     return 0
 
 

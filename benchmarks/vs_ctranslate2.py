@@ -20,12 +20,12 @@ MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weigh
    ties: where it differs, both engines' teacher-forced log-probabilities of edgeseq's
    output must be within 1e-3 at every token (random weights give near-tied logits); else
    the script stops, the conversion is wrong. The others' agreement is reported;
-5. times `--passes` passes per alternation pattern (`--patterns`). "pass": in each pass,
-   every cell (search x batch size) runs each engine once over all batches, in an order
-   rotated by one engine per pass and per cell, so a load that changes during the run (a
-   shared machine) does not favour one engine. "batch": the engines take turns batch by
-   batch, in a random order per batch, as a server holding several models or a process
-   doing other work between calls sees them.
+5. times `--passes` passes per alternation pattern (`--patterns`; `harness.measure`).
+   "pass": in each pass, every cell (search x batch size) runs each engine once over all
+   batches, in an order rotated by one engine per pass and per cell, so a load that changes
+   during the run (a shared machine) does not favour one engine. "batch": the engines take
+   turns batch by batch, in a random order per batch, as a server holding several models or
+   a process doing other work between calls sees them.
 
 Engines (`vs_ctranslate2_engines.py`): "edgeseq fp32" and "edgeseq int8" are
 `Generator.generate` on texts as a user calls it (search "auto", default session options,
@@ -47,24 +47,30 @@ Prints markdown; `--json` writes every number.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import tempfile
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from vs_ctranslate2_engines import Ct2Engine, GenerateEngine, SearchEngine, cut
-from vs_ctranslate2_report import REFERENCE, cpu_info, markdown
+from harness import (
+    PATTERNS,
+    REFERENCE,
+    add_cell_options,
+    cell_name,
+    cpu_info,
+    cut,
+    emit_report,
+    measure,
+    positive_int,
+    versions,
+)
+from vs_ctranslate2_engines import Ct2Engine, GenerateEngine, SearchEngine
+from vs_ctranslate2_report import markdown
 
-__all__ = ["Ct2Engine", "GenerateEngine", "SearchEngine", "cut", "main", "measure"]
 TIE_GAP = 1e-3  # log-prob gap beyond which a differing output is not a near tie
 SCORER = "edgeseq fp32 loop"  # scores edgeseq's outputs teacher-forced in `agreement`
-PATTERNS = ("pass", "batch")  # how engines alternate (`measure`)
 
 
 def task_sources(model: Any, tokenizers: Any, task: dict | None, n: int) -> tuple[list, str]:
@@ -108,69 +114,6 @@ def random_model(config_path: Path) -> tuple[Any, Any]:
     return Seq2SeqTransformer(cfg).eval(), TokenizerPair(source, target)
 
 
-def measure(
-    engines: list,
-    sources: list,
-    batch_sizes: Sequence[int],
-    beams: Sequence[int],
-    passes: int,
-    pattern: str = "pass",
-) -> dict[str, Any]:
-    """Interleaved passes (module docstring, step 5) -> per cell, per engine: tokens/s of
-    every pass and the per-pass ratios to REFERENCE. `pattern` "pass": each engine decodes
-    all of a cell's batches in turn; "batch": the engines take turns batch by batch, in a
-    random order per batch (seeded), each engine's time summed over its batches."""
-    cells = [(beam, size) for beam in beams for size in batch_sizes]
-    rates: dict[tuple, dict[str, list[float]]] = {cell: {} for cell in cells}
-    rng = np.random.default_rng(0)
-    for beam, size in cells:  # warm-up: the first two batches of each cell, untimed
-        for engine in engines:
-            if beam == 1 or engine.name != "pytorch eager":
-                engine.run(cut(sources, size)[:2], beam)
-    for index in range(passes):
-        for position, (beam, size) in enumerate(cells):
-            batches = cut(sources, size)
-            here = [e for e in engines if beam == 1 or e.name != "pytorch eager"]
-            seconds = dict.fromkeys((e.name for e in here), 0.0)
-            tokens = dict.fromkeys(seconds, 0)
-            if pattern == "pass":
-                shift = (index + position) % len(here)
-                turns = [(engine, batches) for engine in here[shift:] + here[:shift]]
-            else:
-                turns = [(here[i], [b]) for b in batches for i in rng.permutation(len(here))]
-            for engine, work in turns:
-                start = time.perf_counter()
-                _, count = engine.run(work, beam)
-                seconds[engine.name] += time.perf_counter() - start
-                tokens[engine.name] += count
-            for name, spent in seconds.items():
-                rates[beam, size].setdefault(name, []).append(tokens[name] / spent)
-            print(
-                f"{pattern} pattern, pass {index + 1}/{passes}: beam {beam}, batch {size}",
-                file=sys.stderr,
-            )
-    out: dict[str, Any] = {}
-    for (beam, size), by_engine in rates.items():
-        reference = by_engine[REFERENCE]
-        cell = {}
-        for name, values in by_engine.items():
-            ratio = [v / r for v, r in zip(values, reference, strict=True)]
-            cell[name] = {
-                "tokens_per_s": values,
-                "ratio_per_pass": ratio,
-                "ratio": float(np.median(ratio)),
-                "ratio_min": min(ratio),
-                "ratio_max": max(ratio),
-            }
-        out[cell_name(beam, size)] = cell
-    return out
-
-
-def cell_name(beam: int, size: int) -> str:
-    """A cell's key in the report: "greedy, batch 1", "beam 4, batch 32"."""
-    return f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {size}"
-
-
 def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, Any]]:
     """Greedy ids of every engine vs edgeseq fp32 at batch `size`: equal sources of all.
     Where CTranslate2 fp32 differs, `tie_gap` is the largest difference between the two
@@ -198,28 +141,12 @@ def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, An
     return result
 
 
-def _sizes(text: str) -> tuple[int, ...]:
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers like 1,32, got {text!r}")
-    return values
-
-
-def _patterns(text: str) -> tuple[str, ...]:
+def patterns(text: str) -> tuple[str, ...]:
+    """argparse type: some of PATTERNS, comma-separated."""
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
     if not names or any(n not in PATTERNS for n in names):
         raise argparse.ArgumentTypeError(f"expected some of {','.join(PATTERNS)}, got {text!r}")
     return names
-
-
-def _positive(text: str) -> int:
-    value = int(text) if text.isdigit() else 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -231,29 +158,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     bundle_help = "fp32+int8 edgeseq bundle of MODEL (default: export one to a temporary dir)"
     parser.add_argument("--bundle", type=Path, help=bundle_help)
     parser.add_argument(
-        "--words", type=_positive, default=256, help="sources to decode (default 256)"
+        "--words", type=positive_int, default=256, help="sources to decode (default 256)"
     )
-    parser.add_argument(
-        "--passes",
-        type=_positive,
-        default=3,
-        help="timed passes over every cell (default 3; 5 for published numbers)",
-    )
-    parser.add_argument(
-        "--batch-sizes",
-        type=_sizes,
-        default=(1, 32),
-        help="comma-separated batch sizes (default 1,32)",
-    )
-    parser.add_argument(
-        "--beams", type=_sizes, default=(1, 4), help="beam sizes, 1 = greedy (default 1,4)"
-    )
-    parser.add_argument(
-        "--threads", type=_positive, default=1, help="intra-op threads per engine (default 1)"
-    )
+    add_cell_options(parser)
     parser.add_argument(
         "--patterns",
-        type=_patterns,
+        type=patterns,
         default=PATTERNS,
         help="how engines alternate: pass (each decodes a whole cell in turn), batch (they "
         "take turns batch by batch, random order); comma-separated (default pass,batch)",
@@ -269,15 +179,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     """Export, convert, check agreement, measure (module docstring); return the report."""
-    import ctranslate2
-    import onnxruntime
     import torch
     from ct2_convert import convert_to_ctranslate2
 
     from edgeseq.build_model.checkpoint import load_checkpoint
     from edgeseq.build_model.torch_step import TorchStep
     from edgeseq.export.bundle import export_bundle
-    from edgeseq.export.onnx_export import edgeseq_version
     from edgeseq.export.variants import VariantOptions
     from edgeseq.runtime.bundle import load_bundle
     from edgeseq.runtime.errors import EdgeseqError
@@ -308,7 +215,8 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         )
     ct2_dir = convert_to_ctranslate2(model, workdir / "ct2")
     sources, described = task_sources(model, tokenizers, task, args.words)
-    engines: list = [SearchEngine("pytorch eager", TorchStep(model), cfg.pad_id)]
+    eager = SearchEngine("pytorch eager", TorchStep(model), cfg.pad_id, greedy_only=True)
+    engines: list = [eager]
     for variant in ("fp32", "int8"):
         # the user's path: generate with default options (search "auto")
         generator = Generator.load(bundle_dir, "cpu", args.threads, variant)
@@ -357,21 +265,13 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         "patterns": patterns,
         "generate_paths": paths,
         "machine": machine,
-        "versions": {
-            "edgeseq": edgeseq_version(),
-            "onnxruntime": onnxruntime.__version__,
-            "ctranslate2": ctranslate2.__version__,
-            "torch": torch.__version__,
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": versions(("onnxruntime", "ctranslate2", "torch", "numpy")),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print markdown (and write --json). Returns the exit status."""
     args = parse_args(argv)
-    sys.path.insert(0, str(Path(__file__).resolve().parent))  # ct2_convert
     try:
         import ctranslate2  # noqa: F401
     except ImportError:
@@ -385,9 +285,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except EdgeseqError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(markdown(report))
+    emit_report(report, args.json, markdown(report))
     return 0
 
 

@@ -7,8 +7,9 @@
   call took, so the choice `auto` makes per cell is in the report;
 - `Ct2Engine`: CTranslate2's `Translator.translate_batch` on the converted model.
 
-`run(batches, beam)` returns (outputs, tokens): the generated ids of every source (no `<s>`,
-no `</s>`) in batch order, and the tokens counted for tokens/s (ids plus one for `</s>`).
+`run(batches, beam)` returns (outputs, tokens) as `harness.measure` expects: the generated
+ids of every source (no `<s>`, no `</s>`) in batch order, and the tokens counted for tokens/s
+(ids plus one for `</s>`).
 """
 
 from __future__ import annotations
@@ -18,21 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-Outputs = list[tuple[int, ...]]  # generated ids (no <s>, no </s>) per source, in batch order
-
-
-def cut(sources: Sequence[list[int]], size: int) -> list[list[list[int]]]:
-    """Sources sorted by length (stable), in batches of `size`."""
-    ordered = sorted(sources, key=len)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+from harness import Outputs, translate_batches
 
 
 class SearchEngine:
-    """edgeseq's search (`runtime.search`) over a step model: ORT graphs or PyTorch eager."""
+    """edgeseq's search (`runtime.search`) over a step model: ORT graphs or PyTorch eager
+    (`greedy_only`: measured in greedy cells only)."""
 
-    def __init__(self, name: str, step: Any, pad_id: int) -> None:
+    def __init__(self, name: str, step: Any, pad_id: int, greedy_only: bool = False) -> None:
         self.name, self.step, self.pad_id = name, step, pad_id
+        self.greedy_only = greedy_only
 
     def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
         """Decode every batch (lists of source ids) -> outputs and generated tokens."""
@@ -114,18 +110,9 @@ class Ct2Engine:
 
     def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
         """Decode every batch -> outputs and generated tokens (see the module docstring)."""
-        outputs, tokens = [], 0
-        for batch in batches:
-            results = self.translator.translate_batch(
-                [[self.src_vocab[i] for i in ids] for ids in batch],
-                beam_size=beam,
-                max_decoding_length=self.max_len,
-            )
-            for result in results:
-                ids = tuple(self.tgt_index[t] for t in result.hypotheses[0])
-                outputs.append(ids)
-                tokens += len(ids) + (len(ids) < self.max_len)
-        return outputs, tokens
+        return translate_batches(
+            self.translator, batches, beam, self.max_len, self.src_vocab, self.tgt_index
+        )
 
     def token_logprobs(self, source: list[int], tokens: Sequence[int]) -> list[float]:
         """Teacher-forced log-probability of each of `tokens` after `source` (Translator

@@ -1,4 +1,4 @@
-"""Machine description and markdown tables of `benchmarks/vs_ctranslate2.py`'s report.
+"""Markdown tables of `benchmarks/vs_ctranslate2.py`'s report.
 
     python benchmarks/vs_ctranslate2_report.py vs.json     # the markdown of a saved report
 
@@ -10,49 +10,18 @@ and, for greedy, edgeseq fp32 / PyTorch eager.
 from __future__ import annotations
 
 import json
-import os
-import platform
-import subprocess
 import sys
 from typing import Any
 
 import numpy as np
+from harness import REFERENCE, machine_line, pair_ratio
 
-REFERENCE = "ctranslate2 fp32"  # every ratio is relative to this engine in the same pass
 PAIRS = (
     ("edgeseq int8", "ctranslate2 int8"),
     ("edgeseq int8 loop", "ctranslate2 int8"),
     ("edgeseq int8 graph", "ctranslate2 int8"),
     ("edgeseq fp32", "pytorch eager"),
 )
-
-
-def pair_ratio(cell: dict[str, Any], engine: str, other: str) -> str:
-    """`engine` / `other` tokens/s per pass: "median× (lowest–highest)", or "" if absent."""
-    if engine not in cell or other not in cell:
-        return ""
-    ratio = [
-        a / b
-        for a, b in zip(cell[engine]["tokens_per_s"], cell[other]["tokens_per_s"], strict=True)
-    ]
-    return f"{np.median(ratio):.2f}× ({min(ratio):.2f}–{max(ratio):.2f})"
-
-
-def cpu_info() -> dict[str, Any]:
-    """CPU model and the SIMD flags int8 kernels depend on (from lscpu, Linux)."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        text = ""
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = set(fields.get("Flags", "").split())
-    wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
-    return {
-        "model": fields.get("Model name", platform.processor()).strip(),
-        "flags": [f for f in wanted if f in flags],
-        "cpus": os.cpu_count(),
-        "loadavg_before": list(os.getloadavg()),
-    }
 
 
 PATTERN_TITLES = {
@@ -78,14 +47,8 @@ def markdown(report: dict[str, Any]) -> str:
     for name, a in report["agreement"].items():
         gap = f" (the others are near ties: {a['tie_gap']:.1e} per token)" if "tie_gap" in a else ""
         lines.append(f"- {name}: {a['equal']}/{a['of']}{gap}")
-    cpu, versions = report["machine"], report["versions"]
-    lines += [
-        "",
-        f"{cpu['model']} ({', '.join(cpu['flags']) or 'no AVX2'}), {report['threads']} "
-        f"thread(s), {report['passes']} pass(es), load average {cpu['loadavg_before'][0]:.2f} "
-        f"before and {cpu['loadavg_after'][0]:.2f} after; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items()),
-    ]
+    setting = f"{report['threads']} thread(s), {report['passes']} pass(es)"
+    lines += ["", machine_line(report["machine"], report["versions"], setting)]
     return "\n".join(lines).lstrip("\n")
 
 

@@ -27,13 +27,14 @@ itself, which is inside its time). The search is the same everywhere: greedy or 
 sampling, length penalty 1, an input stops at beam_size finished hypotheses (transformers'
 `early_stopping=True`, edgeseq's default), no `</s>` forced at the cap, at most
 `--max-new-tokens`. Inputs: `--inputs` held-out sentences of the synthetic language, sorted
-by length and cut into batches (`vs_ctranslate2.cut`), the same for every engine.
+by length and cut into batches (`harness.cut`), the same for every engine.
 
-Timing is `vs_ctranslate2.measure`: in each pass every cell (search x batch size) runs each
-engine once over all inputs, in an order rotated per pass and cell; a ratio is tokens/s over
-CTranslate2 fp32's of the same pass, median over passes. Tokens are each output's ids plus one
-for `</s>` when it ended before the cap. Every output of every pass is compared with
-transformers' of the same cell: the report counts identical inputs per engine and cell.
+Timing is `harness.measure`, as in `vs_ctranslate2.py`: in each pass every cell (search x
+batch size) runs each engine once over all inputs, in an order rotated per pass and cell; a
+ratio is tokens/s over CTranslate2 fp32's of the same pass, median over passes. Tokens are
+each output's ids plus one for `</s>` when it ended before the cap. Every output of every
+pass is compared with transformers' of the same cell: the report counts identical inputs per
+engine and cell.
 The memory-bandwidth bound: bytes of the weights a batch-1 decoder step reads
 (`marian_opus.decoder_step_parameters`) over a numpy copy's bytes/s on one core.
 """
@@ -43,7 +44,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -55,8 +55,17 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from vs_ctranslate2 import _positive, _sizes, measure  # noqa: E402
-from vs_ctranslate2_report import REFERENCE, cpu_info  # noqa: E402
+from harness import (  # noqa: E402
+    REFERENCE,
+    add_cell_options,
+    cell_name,
+    cpu_info,
+    emit_report,
+    measure,
+    positive_int,
+    say,
+    versions,
+)
 from vs_optimum_engines import (  # noqa: E402
     SOURCE,
     Ct2Engine,
@@ -156,10 +165,6 @@ def identical(engines: list[Engine]) -> dict[str, dict[str, list[int]]]:
     return result
 
 
-def cell_name(beam: int, size: int) -> str:
-    return f"{'greedy' if beam == 1 else f'beam {beam}'}, batch {size}"
-
-
 def bandwidth_bound(marian: Path, bundle: Path, cells: dict, bytes_per_s: float) -> dict:
     """The batch-1 greedy bound and each engine's fraction of it (module docstring)."""
     config = json.loads((marian / "config.json").read_text())
@@ -202,10 +207,6 @@ def bandwidth_bound_numbers(
     }
 
 
-def say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 # -- the command line -------------------------------------------------------------------------
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line (see --help)."""
@@ -215,14 +216,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("work", type=Path, help="directory keeping the checkpoint and exports")
     parser.add_argument("--model", type=Path, help="a MarianMT save_pretrained directory to use")
     parser.add_argument("--tiny", action="store_true", help="a tiny checkpoint (seconds)")
-    parser.add_argument("--inputs", type=_positive, default=64, help="sources (default 64)")
-    parser.add_argument("--passes", type=_positive, default=3, help="timed passes (default 3)")
-    parser.add_argument("--batch-sizes", type=_sizes, default=(1, 32), help="default 1,32")
-    parser.add_argument("--beams", type=_sizes, default=(1, 4), help="1 = greedy; default 1,4")
-    parser.add_argument("--threads", type=_positive, default=1, help="per engine (default 1)")
-    parser.add_argument("--max-new-tokens", type=_positive, default=96, help="(default 96)")
+    parser.add_argument("--inputs", type=positive_int, default=64, help="sources (default 64)")
+    add_cell_options(parser)
+    parser.add_argument("--max-new-tokens", type=positive_int, default=96, help="(default 96)")
     parser.add_argument(
-        "--export-inputs", type=_positive, default=64, help="edgeseq export --inputs (default 64)"
+        "--export-inputs",
+        type=positive_int,
+        default=64,
+        help="edgeseq export --inputs (default 64)",
     )
     parser.add_argument(
         "--max-metric-drop",
@@ -242,13 +243,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Build, export, convert, measure (module docstring); return the report."""
-    import ctranslate2
-    import onnxruntime
     import torch
-    import transformers
     from marian_opus import copy_bandwidth, held_out_sentences
-
-    from edgeseq.export.onnx_export import edgeseq_version
 
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -325,15 +321,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "files_mb": files_mb(marian, bundle, ct2_dir, optimum),
         "optimum_ready": optimum.ready if optimum else None,
         "machine": machine,
-        "versions": {
-            "edgeseq": edgeseq_version(),
-            "onnxruntime": onnxruntime.__version__,
-            "ctranslate2": ctranslate2.__version__,
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "numpy": np.__version__,
-            "python": platform.python_version(),
-        },
+        "versions": versions(("onnxruntime", "ctranslate2", "torch", "transformers", "numpy")),
     }
 
 
@@ -363,9 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from vs_optimum_report import markdown
 
     report = run(args)
-    if args.json:
-        args.json.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    print(markdown(report))
+    emit_report(report, args.json, markdown(report))
     return 0
 
 

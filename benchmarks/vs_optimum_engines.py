@@ -6,7 +6,9 @@ transformers'.
     engine = Ct2Engine("ctranslate2 int8", ct2_dir, "int8", threads, vocab, max_new)
     outputs, tokens = engine.run(batches, beam)      # Marian ids without </s>; tokens + </s>
 
-`OptimumEngine` talks to `optimum_worker.py` in Optimum's own venv (one JSON line per call).
+`OptimumEngine` talks to `optimum_worker.py` in Optimum's own venv (one JSON line per call);
+`TransformersEngine` runs the same `generate` call (`optimum_worker.generate_batches`) in this
+process, and `Ct2Engine` CTranslate2's decode loop of `harness.translate_batches`.
 """
 
 from __future__ import annotations
@@ -16,12 +18,12 @@ import os
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+
+from harness import Outputs, translate_batches
+from optimum_worker import generate_batches
 
 HERE = Path(__file__).resolve().parent
 SOURCE = "transformers eager"  # the engine every other is compared with
-EOS = 0  # Marian's </s>
-Outputs = list[tuple[int, ...]]
 
 
 class Engine:
@@ -39,27 +41,8 @@ class Engine:
         return outputs, tokens
 
     def decode(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
+        """What `run` returns, without keeping it; each engine implements it."""
         raise NotImplementedError
-
-
-def _ended(row: list[int], pad: int) -> tuple[tuple[int, ...], bool]:
-    """A generated row (no decoder start) cut at `</s>`, pads dropped; whether it ended."""
-    ended = EOS in row
-    return tuple(t for t in (row[: row.index(EOS)] if ended else row) if t != pad), ended
-
-
-def _generate_options(beam: int, max_new: int) -> dict[str, Any]:
-    """generate() keywords of the shared search (module docstring)."""
-    from edgeseq.export.sources.marian import BEAM_OPTIONS
-
-    search = BEAM_OPTIONS | {"num_beams": beam} if beam > 1 else {"num_beams": 1}
-    return {
-        "max_new_tokens": max_new,
-        "max_length": None,
-        "do_sample": False,
-        "forced_eos_token_id": None,
-        **search,
-    }
 
 
 class TransformersEngine(Engine):
@@ -75,24 +58,7 @@ class TransformersEngine(Engine):
         self.pad, self.max_new = pad, max_new
 
     def decode(self, batches, beam):
-        import torch
-
-        outputs, tokens = [], 0
-        for batch in batches:
-            width = max(map(len, batch))
-            ids = torch.tensor([row + [self.pad] * (width - len(row)) for row in batch])
-            mask = torch.arange(width)[None, :] < torch.tensor([len(r) for r in batch])[:, None]
-            with torch.inference_mode():
-                out = self.model.generate(
-                    input_ids=ids,
-                    attention_mask=mask.long(),
-                    **_generate_options(beam, self.max_new),
-                )
-            for row in out[:, 1:].tolist():
-                ids_, ended = _ended(row, self.pad)
-                outputs.append(ids_)
-                tokens += len(ids_) + ended
-        return outputs, tokens
+        return generate_batches(self.model, batches, beam, self.max_new, self.pad)
 
 
 class OptimumEngine(Engine):
@@ -163,18 +129,9 @@ class Ct2Engine(Engine):
         self.id_of = vocab
 
     def decode(self, batches, beam):
-        outputs, tokens = [], 0
-        for batch in batches:
-            results = self.translator.translate_batch(
-                [[self.token_of[i] for i in ids] for ids in batch],
-                beam_size=beam,
-                max_decoding_length=self.max_new,
-            )
-            for result in results:
-                ids = tuple(self.id_of[t] for t in result.hypotheses[0])
-                outputs.append(ids)
-                tokens += len(ids) + (len(ids) < self.max_new)
-        return outputs, tokens
+        return translate_batches(
+            self.translator, batches, beam, self.max_new, self.token_of, self.id_of
+        )
 
 
 class EdgeseqEngine(Engine):

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 import numpy as np
-from vs_ctranslate2_report import pair_ratio
+from harness import machine_line, pair_ratio
 
 PAIRS = (
     ("edgeseq fp32", "ctranslate2 fp32"),
@@ -113,13 +113,11 @@ def markdown(report: dict[str, Any]) -> str:
             f"edgeseq export's parity against MarianMTModel: "
             f"{'passed' if source.get('passed') else 'FAILED'}",
         ]
-    cpu, versions = report["machine"], report["versions"]
+    cpu = report["machine"]
+    setting = f"{cpu['cpus']} CPUs, {report['threads']} thread(s) per engine"
     lines += [
         "",
-        f"{cpu['model']} ({', '.join(cpu['flags']) or 'no AVX2'}), {cpu['cpus']} CPUs, "
-        f"{report['threads']} thread(s) per engine, load average "
-        f"{cpu['loadavg_before'][0]:.2f} before and {cpu['loadavg_after'][0]:.2f} after; "
-        + ", ".join(f"{k} {v}" for k, v in versions.items())
+        machine_line(cpu, report["versions"], setting)
         + (
             f"; Optimum venv: {', '.join(f'{k} {v}' for k, v in ready['versions'].items())}"
             if (ready := report.get("optimum_ready"))

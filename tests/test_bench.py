@@ -6,6 +6,7 @@ not by timed tests); these tests check that every number is there, positive and 
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import shutil
@@ -327,3 +328,56 @@ def test_decoder_profile_counts_kernel_time_and_no_layer_slicing(runtime_case, t
         loop = script.loop_share(str(runtime_case.bundle), "fp32", words, generation, 1)
         assert loop["wall_s"] > loop["decoder_s"] > 0 and loop["encoder_s"] > 0
         assert 0 < loop["python_share"] < 1
+
+
+# -- benchmarks/harness.py (shared by vs_ctranslate2.py and vs_optimum.py) ---------------------
+class _LoggingEngine:
+    """One token per source; logs (name, beam, batches) of every call."""
+
+    def __init__(self, name: str, log: list, greedy_only: bool = False) -> None:
+        self.name, self.log, self.greedy_only = name, log, greedy_only
+
+    def run(self, batches, beam: int) -> tuple[list, int]:
+        self.log.append((self.name, beam, len(batches)))
+        count = sum(len(batch) for batch in batches)
+        return [()] * count, count
+
+
+def test_harness_measure_rotates_engines_and_leaves_greedy_only_ones_out_of_beam_cells() -> None:
+    harness = load_script("harness")
+    log: list = []
+    names = ("ctranslate2 fp32", "edgeseq fp32", "pytorch eager")
+    engines = [_LoggingEngine(n, log, greedy_only=n == "pytorch eager") for n in names]
+    sources = [[7] * n for n in (3, 1, 2, 5, 4)]
+    assert harness.cut(sources, 2) == [[[7], [7] * 2], [[7] * 3, [7] * 4], [[7] * 5]]
+    cells = harness.measure(engines, sources, batch_sizes=(2,), beams=(1, 4), passes=2)
+    assert list(cells) == ["greedy, batch 2", "beam 4, batch 2"]
+    assert set(cells["beam 4, batch 2"]) == {"ctranslate2 fp32", "edgeseq fp32"}
+    assert cells["greedy, batch 2"]["ctranslate2 fp32"]["ratio_per_pass"] == [1.0, 1.0]
+    assert log[:5] == [(n, 1, 2) for n in names] + [(n, 4, 2) for n in names[:2]]  # warm-up
+    ct2, ours, eager = names  # each pass and cell starts one engine later than the last
+    order = [ct2, ours, eager, ours, ct2, ours, eager, ct2, ct2, ours]
+    assert log[5:] == [(n, 1 if i % 5 < 3 else 4, 3) for i, n in enumerate(order)]
+
+    log.clear()
+    harness.measure(engines, sources, batch_sizes=(2,), beams=(1,), passes=1, pattern="batch")
+    timed = log[3:]  # batch by batch: every engine once per batch, one batch a call
+    assert len(timed) == 9 and {calls for _, _, calls in timed} == {1}
+    assert sorted(n for n, *_ in timed) == sorted(names * 3)
+
+
+def test_harness_machine_line_and_bad_option_values() -> None:
+    harness = load_script("harness")
+    machine = {"model": "cpu", "flags": [], "loadavg_before": [1.0], "loadavg_after": [2.5]}
+    line = harness.machine_line(machine, {"edgeseq": "0", "python": "3"}, "1 thread(s)")
+    assert line == "cpu (no AVX2), 1 thread(s), load average 1.00 before and 2.50 after; " + (
+        "edgeseq 0, python 3"
+    )
+    assert harness.int_list("1,32") == (1, 32) and harness.positive_int("3") == 3
+    for parse, bad in (
+        (harness.int_list, "1,x"),
+        (harness.int_list, "0"),
+        (harness.positive_int, "-1"),
+    ):
+        with pytest.raises(argparse.ArgumentTypeError, match="expected"):
+            parse(bad)

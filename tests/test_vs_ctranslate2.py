@@ -22,7 +22,9 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import ct2_convert  # noqa: E402
+import harness  # noqa: E402
 import vs_ctranslate2  # noqa: E402
+import vs_ctranslate2_engines as ct2_engines  # noqa: E402
 
 
 def _random_pairs(cfg, n: int, seed: int = 0) -> tuple[list[list[int]], list[list[int]]]:
@@ -67,9 +69,9 @@ def test_ctranslate2_greedy_ids_equal_pytorch_on_a_trained_model(runtime_model, 
     model = runtime_model.model
     sources = random_sources(model, 24)
     ct2_dir = ct2_convert.convert_to_ctranslate2(model, tmp_path / "ct2")
-    ct2 = vs_ctranslate2.Ct2Engine("ctranslate2 fp32", ct2_dir, "float32", 1, model.cfg)
-    torch_engine = vs_ctranslate2.SearchEngine("pytorch", TorchStep(model), model.cfg.pad_id)
-    batches = vs_ctranslate2.cut(sources, 8)
+    ct2 = ct2_engines.Ct2Engine("ctranslate2 fp32", ct2_dir, "float32", 1, model.cfg)
+    torch_engine = ct2_engines.SearchEngine("pytorch", TorchStep(model), model.cfg.pad_id)
+    batches = harness.cut(sources, 8)
     ours, _ = torch_engine.run(batches, 1)
     theirs, _ = ct2.run(batches, 1)
     assert theirs == ours
@@ -167,11 +169,11 @@ def test_both_engines_teacher_force_the_same_logprobs(runtime_case, tmp_path) ->
 
     model = runtime_case.model
     bundle = load_bundle(runtime_case.bundle)
-    ours = vs_ctranslate2.SearchEngine(
+    ours = ct2_engines.SearchEngine(
         "edgeseq fp32", OrtStep.from_files(*bundle.graphs("fp32"), bundle.config), 0
     )
     ct2_dir = ct2_convert.convert_to_ctranslate2(model, tmp_path / "ct2")
-    theirs = vs_ctranslate2.Ct2Engine("ctranslate2 fp32", ct2_dir, "float32", 1, model.cfg)
+    theirs = ct2_engines.Ct2Engine("ctranslate2 fp32", ct2_dir, "float32", 1, model.cfg)
     source, tokens = [5, 6, 7, 2], [8, 4, 9, 9, 5]
     a, b = ours.token_logprobs(source, tokens), theirs.token_logprobs(source, tokens)
     assert len(a) == len(b) == 5

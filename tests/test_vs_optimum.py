@@ -23,6 +23,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import marian_opus  # noqa: E402
+import optimum_worker  # noqa: E402
 import vs_optimum  # noqa: E402
 import vs_optimum_engines  # noqa: E402
 import vs_optimum_report  # noqa: E402
@@ -67,9 +68,16 @@ def test_identical_counts_inputs_equal_to_transformers_per_cell() -> None:
     }
 
 
-def test_ended_cuts_at_eos_and_drops_pads() -> None:
-    assert vs_optimum_engines._ended([5, 6, 0, 7], pad=99) == ((5, 6), True)
-    assert vs_optimum_engines._ended([5, 99, 6], pad=99) == ((5, 6), False)
+def test_ended_row_cuts_at_eos_and_drops_pads() -> None:
+    assert optimum_worker.ended_row([5, 6, 0, 7], pad=99) == ((5, 6), True)
+    assert optimum_worker.ended_row([5, 99, 6], pad=99) == ((5, 6), False)
+
+
+def test_the_optimum_worker_searches_like_edgeseqs_marian_parity() -> None:
+    from edgeseq.export.sources.marian import BEAM_OPTIONS
+
+    # the worker cannot import edgeseq (its own venv); transformers runs through it too
+    assert optimum_worker.BEAM_OPTIONS == BEAM_OPTIONS
 
 
 def _report() -> dict:
