@@ -21,6 +21,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.builtin import resolve_bundle
 from edgeseq.runtime.bundle import check_graph_pair, check_model_graph, load_bundle
 from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.graph_variants import GRAPH_VARIANTS, open_graph_variant
 from edgeseq.runtime.manifest import check_inside, file_status, read_manifest
 from edgeseq.runtime.providers import create_session
 
@@ -137,6 +138,11 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
                 check_inside(path, name)
                 lines.append(f"  {name}")
                 lines.append(format_table(_graph_io(path / name), "    "))
+    for key, variant in GRAPH_VARIANTS.items():  # the extra graphs: runtime/graph_variants.py
+        entry = manifest.get(key)
+        listed = [p for p in variant.files if isinstance(entry, dict) and p in entry]
+        if listed:
+            lines.append(f"{key}: {variant.title} ({', '.join(listed)})")
     lines += ["parity (measured at export):", format_parity(manifest.get("parity", {}))]
     lines += ["variants (measured at export):", format_variants(manifest)]
     return "\n".join(lines), bad
@@ -162,10 +168,16 @@ def inspect(bundle: Path) -> None:
 def check_bundle(path: str | Path) -> None:
     """The checks of `Generator.load`, for every graph variant: `load_bundle` (manifest,
     checksums, config, tokenizers) and `check_graph_pair` (graphs against config.json; a
-    GPT or BERT bundle's one graph: `check_model_graph`). A BundleError says which failed."""
+    GPT or BERT bundle's one graph: `check_model_graph`), and every extra graph opened
+    (`open_graph_variant`). A BundleError says which failed."""
     bundle = load_bundle(path)
     for variant, files in bundle.variants.items():
         if len(files) == 1:
             check_model_graph(bundle, _session(files[0]), variant)
         else:
             check_graph_pair(bundle, _session(files[0]), _session(files[1]), variant)
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    for key, precisions in bundle.graph_variants.items():
+        for precision in precisions:
+            open_graph_variant(bundle, key, precision, ["CPUExecutionProvider"], options)

@@ -22,6 +22,7 @@
 // com.microsoft.BeamSearch graph fed the inputs of docs/bundle.md ("The one-graph search
 // variant"); its hypotheses are re-ranked as runtime/graph_search.py re-ranks them.
 
+import { graphVariantProblem } from "./graph_variants.mjs";
 import { Tokenizer, TokenizerError, vocabularyFingerprint } from "./tokenizer.mjs";
 
 export { Tokenizer, TokenizerError, vocabularyFingerprint };
@@ -163,6 +164,8 @@ export class Bundle {
       const known = Object.keys(manifest.variants ?? {}).join(", ");
       throw new BundleError(`the bundle has no variant ${variant}; it has: ${known}`);
     }
+    const problem = graphVariantProblem(manifest);
+    if (problem) throw new BundleError(problem);
     if (entry.format && entry.format !== "onnx") {
       throw new BundleError(`variant ${variant} is ${entry.format}; the web runtime runs .onnx`);
     }

@@ -1,6 +1,7 @@
 // Test helper: Bundle.load of runtime/web/edgeseq.mjs on a bundle directory, with fetch
 // reading the directory and a stand-in for onnxruntime-web (no graph is run).
-//   node tests/edge/load_bundle.mjs BUNDLE_DIR   ->  {"ok": true} or {"error": "Name: message"}
+//   node tests/edge/load_bundle.mjs BUNDLE_DIR [SEARCH]  ->  {"ok": true} or {"error": "Name: message"}
+// (SEARCH: Bundle.load's search option, "loop" by default; "both" also fetches the search graph)
 // Also: node tests/edge/load_bundle.mjs --fingerprint FILE...  -> {"FILE": hex, ...}
 //       node tests/edge/load_bundle.mjs --metadata FILE.onnx   -> {key: value, ...}
 import { readFileSync } from "node:fs";
@@ -26,7 +27,7 @@ if (first === "--fingerprint") {
   };
   const ort = { InferenceSession: { create: async () => ({}) }, Tensor: class {} };
   try {
-    await Bundle.load(ort, base);
+    await Bundle.load(ort, base, { search: rest[0] ?? "loop" });
     console.log(JSON.stringify({ ok: true }));
   } catch (err) {
     console.log(JSON.stringify({ error: `${err.name}: ${err.message}` }));
