@@ -30,7 +30,7 @@ _DIGITS = re.compile(r"\d")
 Tokenize = Callable[[str], Sequence[Hashable]]
 
 
-try:  # ~11-16x faster than the Python loop below (benchmarks/edit_distance.py); optional
+try:  # ~11-16x faster than the Python loop below (docs/experiments.md); optional
     from rapidfuzz.distance import Levenshtein as _Levenshtein
 except ImportError:  # pragma: no cover - depends on the install
     _Levenshtein = None

@@ -135,7 +135,7 @@ def session_options(threads: int | None = None, optimization: str = "all") -> or
 
     The intra-op pool threads do not spin while waiting for work: a decoder step is a few
     small kernels, and spinning threads take the cores from the thread that has work
-    (`benchmarks/session_spinning.py` measures both; docs/bench.md has the numbers)."""
+    (docs/experiments.md has the measurement)."""
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ProviderError(f"threads must be a positive integer, got {threads!r}")
     if optimization not in OPTIMIZATION_LEVELS:
