@@ -58,3 +58,8 @@ class InputFileError(EdgeseqError):
 
 class OutputPathError(EdgeseqError):
     """An output path that cannot be written (below a file, read-only, no permission)."""
+
+
+class CacheFullError(InputTooLongError):
+    """A decoder step would write past the end of the self-attention cache (position >=
+    max_len)."""

@@ -1,11 +1,11 @@
 """The in-place cache decoder (issue 38): `decoder.inplace.onnx` / `decoder.inplace.int8.onnx`,
 its parity group, `InPlaceStep` (buffers written by the graph, beam reordering by cache
-indirection, rows leaving by moves inside the buffers) against `OrtStep` on decoder.onnx, the
-generator's choice of step model, and the buffer pool."""
+indirection, rows leaving by moves inside the buffers) against `OrtStep` on decoder.onnx, and the
+generator's choice of step model. The buffer pool and the memory bounds:
+tests/test_in_place_memory.py."""
 
 from __future__ import annotations
 
-import gc
 import json
 
 import numpy as np
@@ -21,7 +21,6 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import OptionsError
 from edgeseq.runtime.kinds import in_place as in_place_module
-from edgeseq.runtime.kinds.buffer_pool import BufferPool, Lease
 from edgeseq.runtime.kinds.in_place import InPlaceStep
 from edgeseq.runtime.search import GenerationOptions
 
@@ -128,25 +127,6 @@ def test_step_refuses_more_than_one_new_token(in_place_bundle) -> None:
     state = new.start(gen._padded([gen.encode("abc")]))
     with pytest.raises(ValueError, match="one new token"):
         new.step(state, np.array([[1, 4]], np.int64))
-
-
-def test_buffer_pool_reuses_returned_buffers_within_its_limit() -> None:
-    pool = BufferPool(limit_bytes=4 * 100)
-    lease = Lease(pool)
-    first = lease.take((2, 5, 10))
-    first[:] = 1.0
-    memory = first.base.__array_interface__["data"][0]
-    del lease, first
-    gc.collect()
-    assert pool.free_bytes == 400
-    second = Lease(pool)
-    again = second.take((3, 7))  # smaller: a view of the same memory
-    assert again.base.__array_interface__["data"][0] == memory and again.shape == (3, 7)
-    assert pool.free_bytes == 0
-    del second, again
-    assert pool.free_bytes == 400
-    pool.give([np.empty(1000, np.float32)])  # over the limit: dropped
-    assert pool.free_bytes == 400
 
 
 @torch.inference_mode()

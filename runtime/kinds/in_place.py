@@ -6,8 +6,20 @@ indirection instead of gathering the cache.
     step_model = InPlaceStep(encoder, decoder, config)      # decoder: decoder.inplace.onnx
     hyps = search(step_model, src_ids, GenerationOptions(beam_size=4))
 
-States are not persistent: `step` writes into the buffers the state holds, so only the state
-it returns may be used afterwards (the search algorithms never reuse an older one).
+States are used once: `step` and `select` take a state and return the one to use next; the
+state passed in is spent (stepping or selecting it again raises ValueError), because `step`
+writes into the buffers it holds and the buffers a new state no longer holds go back at once.
+The search algorithms (runtime/search.py) keep only the state they were given back.
+
+Memory (runtime/kinds/buffer_pool.py): a generation's buffers belong to its `Lease`, which
+`start` takes from the step model's pool (waiting while `generations` others hold buffers).
+A buffer replaced by another (the shorter ones `grown` copied from, the ones `select` gathered
+from into new ones) returns to the pool as soon as the new state is made; the rest, and the
+generation's slot, when its last state is gone, or at once when `step` or `select` fails. The
+pool keeps free buffers up to a cap, by default the bytes of a batch-32 beam-4 cache at
+max_len (`EDGESEQ_CACHE_POOL_MB` overrides it; 0 keeps none); `EDGESEQ_CACHE_GENERATIONS`
+(default 2) bounds the generations holding buffers at once. A step at position max_len raises
+`CacheFullError` (the search's step budget stops before it).
 
 Rows are grouped in blocks of `width` (an input's hypotheses in beam search, 1 in greedy
 search): row n * W + w reads position t from buffer row n * W + indirection[n, w, t].
@@ -23,6 +35,8 @@ search): row n * W + w reads position t from buffer row n * W + indirection[n, w
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,10 +44,14 @@ import onnxruntime as ort
 
 from .. import constants as C
 from ..config import ModelConfig
-from .buffer_pool import BufferPool, Lease
+from ..errors import CacheFullError, OptionsError
+from .buffer_pool import GENERATIONS, BufferPool, Lease, size_class
 from .ort_step import Layers, OrtStep
 
 MIN_CACHE_LEN = 64  # first buffer length (positions), at least; grows by doubling
+POOL_MB_ENV = "EDGESEQ_CACHE_POOL_MB"  # MiB of free buffers the pool keeps (default: below)
+GENERATIONS_ENV = "EDGESEQ_CACHE_GENERATIONS"  # generations holding buffers at once
+POOL_ROWS = 32 * 4  # the default cap holds the cache of this many rows (batch 32, beam 4)
 Runs = tuple[tuple[int, int, int], ...]  # (first new row, first old row, length) per run
 
 
@@ -56,6 +74,7 @@ class InPlaceState:
     # The decoder's IO binding with the arrays above bound (and the OrtValues the buffers are
     # bound through, kept alive with it); None until the first step after a change of arrays.
     binding: tuple[ort.IOBinding, list[ort.OrtValue]] | None = None
+    spent: bool = False  # passed to step or select, which returned the state to use instead
 
     @property
     def batch(self) -> int:
@@ -78,10 +97,22 @@ class InPlaceStep(OrtStep):
     cache graph, run with IO binding so that each buffer is both past and present."""
 
     def __init__(
-        self, encoder: ort.InferenceSession, decoder: ort.InferenceSession, config: ModelConfig
+        self,
+        encoder: ort.InferenceSession,
+        decoder: ort.InferenceSession,
+        config: ModelConfig,
+        pool_bytes: int | None = None,
+        generations: int | None = None,
     ) -> None:
+        """`pool_bytes`: free buffers kept (default: $EDGESEQ_CACHE_POOL_MB, else
+        `default_pool_bytes`); `generations`: generations holding buffers at once (default:
+        $EDGESEQ_CACHE_GENERATIONS, else 2)."""
         super().__init__(encoder, decoder, config)
-        self.pool = BufferPool()
+        env_bytes, env_generations = pool_settings(config)
+        self.pool = BufferPool(
+            env_bytes if pool_bytes is None else pool_bytes,
+            env_generations if generations is None else generations,
+        )
         self.names[C.PRESENT_K] = C.layer_names(C.PRESENT_K, self.layers)
         self.names[C.PRESENT_V] = C.layer_names(C.PRESENT_V, self.layers)
 
@@ -91,16 +122,21 @@ class InPlaceStep(OrtStep):
         return tuple(lease.take(shape) for _ in range(self.layers))
 
     def start(self, src_ids: np.ndarray) -> InPlaceState:  # type: ignore[override]
-        """Run the encoder on src_ids int64 (B, S); empty buffers of max(64, 2 S) positions
-        (at most max_len), one row per block."""
-        first = super().start(src_ids)
-        rows, lease = first.batch, Lease(self.pool)
-        length = min(self.max_len, max(MIN_CACHE_LEN, 2 * src_ids.shape[1]))
-        return InPlaceState(
-            first.cross_k, first.cross_v, first.src_mask, first.source_rows,
-            self.buffers(lease, rows, length), self.buffers(lease, rows, length), 0, 1,
-            np.zeros((rows, 1, length), np.int32), lease,
-        )  # fmt: skip
+        """Wait for a generation slot, run the encoder on src_ids int64 (B, S); empty buffers
+        of max(64, 2 S) positions (at most max_len), one row per block."""
+        lease = Lease(self.pool)
+        try:
+            first = super().start(src_ids)
+            rows = first.batch
+            length = min(self.max_len, max(MIN_CACHE_LEN, 2 * src_ids.shape[1]))
+            return InPlaceState(
+                first.cross_k, first.cross_v, first.src_mask, first.source_rows,
+                self.buffers(lease, rows, length), self.buffers(lease, rows, length), 0, 1,
+                np.zeros((rows, 1, length), np.int32), lease,
+            )  # fmt: skip
+        except BaseException:
+            lease.close()
+            raise
 
     def grown(self, state: InPlaceState) -> InPlaceState:
         """`state` with buffers twice as long (at most max_len), filled positions copied."""
@@ -113,7 +149,8 @@ class InPlaceStep(OrtStep):
         indirection = np.zeros((*state.indirection.shape[:2], length), np.int32)
         indirection[:, :, : state.past] = state.indirection[:, :, : state.past]
         source = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
-        return self._moved(source, tuple(cache), state.width, indirection, state)
+        replaced = state.cache_k + state.cache_v
+        return self._moved(source, tuple(cache), state.width, indirection, state, replaced)
 
     def _moved(
         self,
@@ -122,13 +159,20 @@ class InPlaceStep(OrtStep):
         width: int,
         indirection: np.ndarray,
         state: InPlaceState,
+        replaced: Layers = (),
     ) -> InPlaceState:
         """A state after `state`: cross K/V, src_mask and source_rows `source`, buffers
-        `cache` (L keys then L values)."""
+        `cache` (L keys then L values). `state` is spent, and its buffers `replaced` (read for
+        the last time) go back to the pool now."""
         layers = self.layers
-        return InPlaceState(
+        moved = InPlaceState(
             *source, cache[:layers], cache[layers:], state.past, width, indirection, state.lease
         )
+        state.spent = True
+        if replaced:
+            state.binding = None  # bound to the buffers given back
+            state.lease.give(replaced)
+        return moved
 
     @staticmethod
     def _copy(
@@ -174,8 +218,23 @@ class InPlaceStep(OrtStep):
         past_len written into its buffers (the same buffers, unless they had to grow)."""
         if input_ids.shape[1] != 1:
             raise ValueError("the in-place cache decoder takes one new token per row")
-        if state.past >= state.cache_len:
-            state = self.grown(state)
+        _check_live(state)
+        try:
+            if state.past >= self.max_len:
+                raise CacheFullError(
+                    f"the in-place cache holds the model's max_len of {self.max_len} positions "
+                    f"and all are written: generate at most {self.max_len} tokens "
+                    "(max_new_tokens; the search functions stop there by themselves)"
+                )
+            if state.past >= state.cache_len:
+                state = self.grown(state)
+            return self._run(state, input_ids)
+        except BaseException:
+            _abandon(state)
+            raise
+
+    def _run(self, state: InPlaceState, input_ids: np.ndarray) -> tuple[np.ndarray, InPlaceState]:
+        """`step` once the buffers have room for position past_len."""
         if state.binding is None:
             state.binding = self.bind(state)
         binding, past, rows = state.binding[0], state.past, state.batch
@@ -205,7 +264,15 @@ class InPlaceStep(OrtStep):
 
     def select(self, state: InPlaceState, rows: np.ndarray) -> InPlaceState:  # type: ignore[override]
         """Gather batch rows (int64 (B',), may repeat); see the module docstring."""
-        rows = np.asarray(rows, dtype=np.int64)
+        _check_live(state)
+        try:
+            return self._select(state, np.asarray(rows, dtype=np.int64))
+        except BaseException:
+            _abandon(state)
+            raise
+
+    def _select(self, state: InPlaceState, rows: np.ndarray) -> InPlaceState:
+        """`select` on a live state."""
         width, past = state.width, state.past
         old_block, count = rows // width, len(rows)
         flat = state.indirection.reshape(state.batch, state.cache_len)
@@ -228,7 +295,8 @@ class InPlaceStep(OrtStep):
                 for a in (*state.cache_k, *state.cache_v)
             )
             indirection = flat[rows].reshape(-1, width, state.cache_len)
-            return self._moved(outer, cache, width, indirection, state)
+            replaced = () if runs is not None else state.cache_k + state.cache_v  # copied
+            return self._moved(outer, cache, width, indirection, state, replaced)
         # Resolve the indirection: row i's position t is in old buffer row held[i, t].
         outer = self.select_source(state, rows)
         held = old_block[:, None] * width + flat[rows, :past]
@@ -242,7 +310,53 @@ class InPlaceStep(OrtStep):
             np.arange(new_width, dtype=np.int32)[None, :, None],
             (count // new_width, new_width, state.cache_len),
         ).copy()
-        return self._moved(outer, tuple(cache), new_width, indirection, state)
+        replaced = state.cache_k + state.cache_v
+        return self._moved(outer, tuple(cache), new_width, indirection, state, replaced)
+
+
+def default_pool_bytes(config: ModelConfig) -> int:
+    """Bytes of the in-place cache of `POOL_ROWS` rows (batch 32, beam 4) at max_len: 2 L
+    buffers (keys, values) of (rows, H, max_len, dh) float32, each its size class's capacity."""
+    size = POOL_ROWS * config.n_heads * config.max_len * config.d_head
+    return 2 * config.n_decoder_layers * 2 ** size_class(size) * 4
+
+
+def pool_settings(config: ModelConfig, environ: Mapping[str, str] = os.environ) -> tuple[int, int]:
+    """(bytes of free buffers kept, generations holding buffers at once) for `config`:
+    $EDGESEQ_CACHE_POOL_MB (MiB, >= 0) else `default_pool_bytes`, and
+    $EDGESEQ_CACHE_GENERATIONS (>= 1) else 2."""
+    megabytes = _env_int(environ, POOL_MB_ENV, 0, "MiB of free cache buffers kept; 0: none")
+    generations = _env_int(environ, GENERATIONS_ENV, 1, "beam generations holding a cache")
+    pool_bytes = default_pool_bytes(config) if megabytes is None else megabytes * 2**20
+    return pool_bytes, GENERATIONS if generations is None else generations
+
+
+def _env_int(environ: Mapping[str, str], name: str, least: int, meaning: str) -> int | None:
+    """The integer in environment variable `name` (None when unset or empty)."""
+    text = environ.get(name, "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or int(text) < least:
+        raise OptionsError(
+            f"{name} must be an integer >= {least} ({meaning}), got {text!r}; "
+            "unset it for the default"
+        )
+    return int(text)
+
+
+def _check_live(state: InPlaceState) -> None:
+    """Refuse a state that step or select already consumed."""
+    if state.spent:
+        raise ValueError(
+            "this in-place decoder state was passed to step or select already: use the state "
+            "that call returned (states are used once)"
+        )
+
+
+def _abandon(state: InPlaceState) -> None:
+    """A generation that failed: its buffers go back to the pool and its slot frees now."""
+    state.spent, state.binding = True, None
+    state.lease.close()
 
 
 def _run_width(old_block: np.ndarray) -> int:
