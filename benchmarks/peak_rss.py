@@ -5,11 +5,14 @@ case in a fresh process, for the in-place cache's memory bounds (issue 44).
     python benchmarks/peak_rss.py /tmp/opus-ip --inputs 128 --json /tmp/rss-opus.json
     python benchmarks/peak_rss.py --table /tmp/before.json /tmp/after.json   # before/after
 
-Cases (`--cases`, default all four):
+Cases (`--cases`, default all five):
 - `generate-greedy`, `generate-beam4`: one process loads the bundle on the CPU and runs one
   `Generator.generate` over the inputs at batch 32 (greedy, or beam 4 with n-best 1); it
-  reports its RSS after loading, its peak (VmHWM, /proc/self/status), the seconds and a
-  sha256 of every output's ids (equal hashes: equal outputs);
+  reports its RSS after loading, its peak (VmHWM, /proc/self/status), its RSS at the end
+  (what stays held between calls), the seconds and a sha256 of every output's ids (equal
+  hashes: equal outputs);
+- `generate-beam4-x4`: the same with 4 threads calling `generate` on one Generator at once,
+  each on a quarter of the inputs (as `edgeseq serve --workers 4` runs batches);
 - `serve-greedy`, `serve-beam4`: `edgeseq serve` (started as benchmarks/serve_load.py starts
   it, max batch 32) loaded by `--clients` concurrent clients on loopback, each sending one
   input per request (beam: `"options": {"beam_size": 4}`) until all inputs are sent; the
@@ -31,13 +34,14 @@ import resource
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))  # serve_load, marian_opus
 
-CASES = ("generate-greedy", "generate-beam4", "serve-greedy", "serve-beam4")
-BATCH, BEAM = 32, 4
+CASES = ("generate-greedy", "generate-beam4", "generate-beam4-x4", "serve-greedy", "serve-beam4")
+BATCH, BEAM, THREADS_X4 = 32, 4, 4
 
 
 def status_mb(pid: int | str, field: str) -> float:
@@ -85,7 +89,7 @@ def options_of(case: str):
     """GenerationOptions of a case: greedy or beam 4, batch 32."""
     from edgeseq.runtime.search import GenerationOptions
 
-    beam = BEAM if case.endswith("beam4") else 1
+    beam = BEAM if "beam4" in case else 1
     return GenerationOptions(beam_size=beam, batch_size=BATCH)
 
 
@@ -96,14 +100,22 @@ def run_generate(args: argparse.Namespace) -> dict:
     texts = load_texts(args.bundle, args.texts, args.inputs)
     gen = Generator.load(args.bundle, providers="cpu", threads=args.threads)
     loaded = status_mb("self", "VmRSS")
+    options = options_of(args.case)
     start = time.perf_counter()
-    results = gen.generate(texts, options_of(args.case))
+    if args.case.endswith("-x4"):
+        parts = [texts[i::THREADS_X4] for i in range(THREADS_X4)]
+        with ThreadPoolExecutor(THREADS_X4) as pool:
+            answers = list(pool.map(lambda part: gen.generate(part, options), parts))
+        results = [answers[i % THREADS_X4][i // THREADS_X4] for i in range(len(texts))]
+    else:
+        results = gen.generate(texts, options)
     seconds = time.perf_counter() - start
     ids = [[list(h.token_ids) for h in r.nbest] for r in results]
     digest = hashlib.sha256(json.dumps(ids).encode()).hexdigest()[:16]
     tokens = sum(len(r.nbest[0].token_ids) for r in results if r.nbest)
-    return {"loaded_mb": loaded, "peak_mb": status_mb("self", "VmHWM"), "seconds": seconds,
-            "tokens": tokens, "outputs_sha256": digest}  # fmt: skip
+    return {"loaded_mb": loaded, "peak_mb": status_mb("self", "VmHWM"),
+            "end_mb": status_mb("self", "VmRSS"), "seconds": seconds, "tokens": tokens,
+            "outputs_sha256": digest}  # fmt: skip
 
 
 async def drive(port: int, texts: list[str], clients: int, options: dict) -> list[int]:
@@ -137,15 +149,15 @@ def run_serve(args: argparse.Namespace) -> dict:
     proc = start_server(args.bundle, port, args.threads, server)
     try:
         loaded = status_mb(proc.pid, "VmRSS")
-        options = {"beam_size": BEAM} if args.case.endswith("beam4") else {}
+        options = {"beam_size": BEAM} if "beam4" in args.case else {}
         start = time.perf_counter()
         statuses = asyncio.run(drive(port, texts, args.clients, options))
         seconds = time.perf_counter() - start
-        peak = status_mb(proc.pid, "VmHWM")
+        peak, end = status_mb(proc.pid, "VmHWM"), status_mb(proc.pid, "VmRSS")
     finally:
         proc.terminate()
         proc.wait(60)
-    return {"loaded_mb": loaded, "peak_mb": peak, "seconds": seconds,
+    return {"loaded_mb": loaded, "peak_mb": peak, "end_mb": end, "seconds": seconds,
             "answered": statuses.count(200), "requests": len(statuses)}  # fmt: skip
 
 
@@ -171,19 +183,25 @@ def merged(runs: list[dict]) -> list[dict]:
 
 
 def table(runs: list[dict]) -> str:
-    """Markdown table of peak RSS per bundle and case, one column per label (before, after)."""
+    """Markdown table per bundle and case: loaded RSS, then peak and end RSS and seconds per
+    label (before, after), and whether the outputs' hashes agree."""
     runs = merged(runs)
-    head = " | ".join(f"peak MB ({r['label']}, {r['commit']})" for r in runs)
+    head = " | ".join(f"peak MB {r['label']} | end MB {r['label']} | s {r['label']}" for r in runs)
     lines = [f"| bundle | case | loaded MB | {head} | outputs |",
-             "|---|---|---|" + "---|" * len(runs) + "---|"]  # fmt: skip
-    first = runs[0]
-    for key, row in first["cases"].items():
+             "|---|---|---|" + "---|---|---|" * len(runs) + "---|"]  # fmt: skip
+    nan = float("nan")
+    for key, row in runs[0]["cases"].items():
         others = [r["cases"].get(key, {}) for r in runs]
-        peaks = " | ".join(f"{o.get('peak_mb', float('nan')):.0f}" for o in others)
+        cells = " | ".join(
+            " | ".join(f"{o.get(k, nan):{f}}" for k, f in (("peak_mb", ".0f"), ("end_mb", ".0f"),
+                                                           ("seconds", ".1f")))
+            for o in others
+        )  # fmt: skip
         hashes = {o.get("outputs_sha256") for o in others}
         same = "-" if None in hashes else ("identical" if len(hashes) == 1 else "DIFFER")
         bundle, case = key.split(" ", 1)
-        lines.append(f"| {bundle} | {case} | {row['loaded_mb']:.0f} | {peaks} | {same} |")
+        lines.append(f"| {bundle} | {case} | {row['loaded_mb']:.0f} | {cells} | {same} |")
+    lines.append("code: " + "; ".join(f"{r['label']} = {r['code']} at {r['commit']}" for r in runs))
     return "\n".join(lines)
 
 
