@@ -76,7 +76,7 @@ SCORER = "edgeseq fp32 loop"  # scores edgeseq's outputs teacher-forced in `agre
 def task_sources(model: Any, tokenizers: Any, task: dict | None, n: int) -> tuple[list, str]:
     """Up to `n` distinct test-split sources of the task (ending with `</s>`, within
     max_len) and where they came from; random sources when the task cannot be loaded."""
-    from edgeseq.export.verify import random_sources
+    from edgeseq.export.parity import random_sources
     from edgeseq.runtime.errors import EdgeseqError
 
     if task:
@@ -184,7 +184,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 
     from edgeseq.build_model.checkpoint import load_checkpoint
     from edgeseq.build_model.torch_step import TorchStep
-    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
     from edgeseq.export.variants import VariantOptions
     from edgeseq.runtime.bundle import load_bundle
     from edgeseq.runtime.errors import EdgeseqError

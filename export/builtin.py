@@ -24,6 +24,7 @@ from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.errors import BundleError
 from edgeseq.runtime.manifest import write_manifest
 
+from .options import ExportOptions
 from .pipeline import export_checkpoint
 from .variants import VariantOptions
 
@@ -65,14 +66,10 @@ def build_builtin(
         names = ("fp32", *(name for name in keep if name != "fp32"))
         # Standard operators: the wheel's bundle must run on every onnxruntime that
         # pyproject.toml accepts (>= 1.18); fused attention needs 1.21 (docs/bundle.md).
-        export_checkpoint(
-            checkpoint,
-            staged,
-            variants=VariantOptions(names),
-            progress=print,
-            force=True,
-            fuse=False,
+        options = ExportOptions(
+            force=True, variants=VariantOptions(names), fuse=False, progress=print
         )
+        export_checkpoint(checkpoint, staged, options)
         manifest = slim_bundle(staged, keep)
         with atomic_directory(out) as tmp:
             shutil.copytree(staged, tmp, dirs_exist_ok=True)

@@ -127,10 +127,12 @@ def export(
     torch.nn.Transformer model, or a Hugging Face MarianMT directory (save_pretrained);
     imported models are also checked against the original model (docs/import.md)."""
     start = time.perf_counter()
+    from .gate import GateError
+    from .options import ExportOptions
     from .pipeline import export_checkpoint
-    from .variants import GateError, VariantOptions, parse_variants
+    from .variants import VariantOptions, parse_variants
 
-    options = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
+    variants = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
     # With stdout redirected and stderr a terminal, a bar on stderr names the running step
     # and counts steps and seconds; the timestamped step lines go to stdout either way.
     with progress_bar(None, "step", "export", disable=sys.stdout.isatty()) as bar:
@@ -142,19 +144,12 @@ def export(
                 bar.update(1)
 
         try:
-            manifest = export_checkpoint(
-                checkpoint,
-                out,
-                opset=opset,
-                force=force,
-                verify=not no_verify,
-                inputs=inputs,
-                variants=options,
-                progress=say,
-                fuse=fuse,
-                source=None if adapter == "auto" else adapter,
-                data=data,
-            )
+            options = ExportOptions(
+                opset=opset, force=force, verify=not no_verify, inputs=inputs,
+                variants=variants, fuse=fuse, data=data, progress=say,
+            )  # fmt: skip
+            source = None if adapter == "auto" else adapter
+            manifest = export_checkpoint(checkpoint, out, options, source=source)
         except GateError as exc:
             click.echo(format_attempts(exc.attempts))
             raise
@@ -188,12 +183,14 @@ def export(
 )
 def verify(bundle: Path, checkpoint: Path, data: Path | None, inputs: int) -> None:
     """Re-run the parity checks of BUNDLE against the PyTorch model it came from."""
+    from .options import ExportOptions
     from .pipeline import verify_bundle
 
     start = time.perf_counter()
     say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
     try:
-        report = verify_bundle(bundle, checkpoint, inputs=inputs, progress=say, data=data)
+        options = ExportOptions(inputs=inputs, data=data, progress=say)
+        report = verify_bundle(bundle, checkpoint, options)
     except ParityError as exc:
         click.echo(format_parity(exc.report))
         raise

@@ -19,7 +19,7 @@ from edgeseq.runtime.errors import EdgeseqError, InputFileError
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .limits import LEVEL3_MIN_INPUTS
-from .verify import random_sources
+from .parity import random_sources
 
 
 @dataclass

@@ -11,6 +11,7 @@ evidence that the export measured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from edgeseq.runtime import constants as C
@@ -70,9 +71,8 @@ def format_parity(report: dict[str, Any]) -> str:
     if beam:
         check = f"identical beam-{beam['beam_size']} best hypotheses (first {beam['inputs']})"
         rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
-    rows += search_parity_rows(report.get("search"))
-    rows += steps_parity_rows(report.get("steps"))
-    rows += in_place_parity_rows(report.get("inplace"))
+    for key, variant_rows in PARITY_ROWS.items():  # one per graph variant of the registry
+        rows += variant_rows(report.get(key))
     rows += source_parity_rows(report.get("source"))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
@@ -264,3 +264,11 @@ def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
         value = f"{entry['identical']}/{entry['inputs']}{ties}"
         rows.append(("3", check, value, ok(entry["passed"])))
     return rows
+
+
+# The parity rows of each graph variant (runtime/graph_variants.py's registry), by key.
+PARITY_ROWS: dict[str, Callable[[dict[str, Any] | None], list[tuple[str, str, str, str]]]] = {
+    "search": search_parity_rows,
+    "steps": steps_parity_rows,
+    "inplace": in_place_parity_rows,
+}

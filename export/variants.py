@@ -1,64 +1,33 @@
-"""Edge variants of a bundle (int8, fp16, ORT format), each behind an accuracy gate.
+"""The variants a bundle can carry and the manifest's `variants` table, for every kind.
 
-    options = VariantOptions(names=parse_variants("fp32,int8,ort"), max_metric_drop=0.5)
-    table = build_variants(bundle_dir, config, tokenizers, held, options)  # manifest entries
+    options = VariantOptions(names=parse_variants("int8,ort"), max_metric_drop=0.5)
+    check_supported(options.names, ("fp32", "int8"), "gpt")      # OptionsError otherwise
+    finish_table(directory, table, files, precision)              # sizes, ratios, defaults
 
-Every variant other than fp32 is decoded greedily on the held-out inputs of the model's
-task and compared with the fp32 graphs: the rate of token sequences identical to fp32's
-("agreement") and the task metric against the references for both (WER for g2p and for
-the references of a --data file, exact match otherwise; with no references, agreement
-itself), and the metric's drop in percentage points. A drop above `max_metric_drop` fails
-the gate: int8 is then quantized again with whole layer groups kept in fp32, one more group
-per round, keeping the group whose exclusion helps most, until it passes (greedy forward
-search); when nothing passes, or another variant fails, `GateError` carries the table of
-what was tried. Schema of the entries: docs/export.md ("The `variants` table of manifest.json").
+Precision variants (fp32, int8, fp16, ORT format) are whole copies of a kind's graphs, each
+behind the accuracy gate (export/gate.py); graph variants (search, steps, inplace: the
+registry in runtime/graph_variants.py) are extra encoder–decoder graphs
+(export/kinds/seq2seq/graph_variants.py). Each kind builds the ones it supports and refuses
+the others with one line. Schema of the table's entries: docs/export.md ("The `variants`
+table of manifest.json").
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnx
+from edgeseq.runtime.errors import OptionsError
+from edgeseq.runtime.graph_variants import GRAPH_VARIANTS
 
-from edgeseq.runtime import constants as C
-from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import EdgeseqError, OptionsError
-from edgeseq.runtime.kinds.seq2seq import OrtStep
-from edgeseq.runtime.metrics import score
-from edgeseq.runtime.padding import right_pad
-from edgeseq.runtime.search import greedy_search
-from edgeseq.runtime.tokenizer import TokenizerPair
-
-from .convert import FP16_KEPT_OPS, REQUIRED_OPERATORS_FILE, convert_fp16, convert_ort
-from .heldout import HeldOut
 from .limits import DEFAULT_MAX_METRIC_DROP
-from .quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
-from .verify import LEVEL3_BATCH, open_engine
+from .quantize import PER_CHANNEL, REDUCE_RANGE
 
-# Not graph pairs, built after the others: export/search_graph.py, steps_graph.py, in_place_graph.py
-SEARCH_VARIANT, STEPS_VARIANT, IN_PLACE_VARIANT = EXTRA_DECODERS = ("search", "steps", "inplace")
-VARIANT_NAMES = ("fp32", "int8", "fp16", "ort", *EXTRA_DECODERS)
-GRAPH_FILES = {
-    "fp32": (C.ENCODER_FILE, C.DECODER_FILE),
-    "int8": ("encoder.int8.onnx", "decoder.int8.onnx"),
-    "fp16": ("encoder.fp16.onnx", "decoder.fp16.onnx"),
-    "ort": ("encoder.ort", "decoder.ort"),
-}
-PRECISION = {"fp32": "fp32", "int8": "int8", "fp16": "fp16", "ort": "fp32"}
+PRECISIONS = ("fp32", "int8", "fp16", "ort")
+VARIANT_NAMES = (*PRECISIONS, *GRAPH_VARIANTS)
 SPEED_INPUTS = 50  # held-out inputs decoded one at a time for tokens/s
-SPEED_REPEATS = 3  # passes per variant, interleaved; the fastest counts
-LOWER_IS_BETTER = {"wer": True, "exact_match": False, "agreement": False}
-CPU_NOTE = (
-    "gate measured on onnxruntime's CPU provider, which runs the fp16 nodes it has no fp16 "
-    "kernel for in fp32 (inserted Casts); CUDA numerics not verified on this machine"
-)
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -73,14 +42,6 @@ class VariantOptions:
     speed_inputs: int = SPEED_INPUTS
 
 
-class GateError(EdgeseqError):
-    """A variant misses its accuracy gate; `attempts` is the table of what was tried."""
-
-    def __init__(self, message: str, variant: str, attempts: list[dict[str, Any]]) -> None:
-        super().__init__(message)
-        self.variant, self.attempts = variant, attempts
-
-
 def parse_variants(text: str) -> tuple[str, ...]:
     """ "int8,ort" -> ("fp32", "int8", "ort"): fp32 always first, no repeats; OptionsError
     naming the known variants for anything else."""
@@ -93,308 +54,33 @@ def parse_variants(text: str) -> tuple[str, ...]:
     return tuple(n for n in VARIANT_NAMES if n == "fp32" or n in names)
 
 
-# -- the gate ---------------------------------------------------------------------------------
-@dataclass
-class Reference:
-    """fp32's greedy outputs on the held-out set and its score: what variants are held to."""
-
-    held: HeldOut
-    tokenizers: TokenizerPair
-    max_new_tokens: int
-    metric: str
-    ids: list[list[int]] = field(default_factory=list)
-    scores: dict[str, float] = field(default_factory=dict)
-
-    def decode(self, engine: OrtStep) -> list[list[int]]:
-        """Greedy ids of every held-out source, LEVEL3_BATCH at a time."""
-        out: list[list[int]] = []
-        for start in range(0, len(self.held.sources), LEVEL3_BATCH):
-            src = right_pad(self.held.sources[start : start + LEVEL3_BATCH], engine.pad_id)
-            out += greedy_search(engine, src, self.max_new_tokens)
-        return out
-
-    def score(self, ids: list[list[int]]) -> dict[str, float]:
-        """Task scores of `ids` against the references, plus "agreement" with fp32."""
-        agreement = sum(a == b for a, b in zip(ids, self.ids, strict=True)) / len(ids)
-        if self.held.references is None:
-            return {"count": float(len(ids)), "agreement": agreement}
-        hyps = [self.tokenizers.target.decode(row) for row in ids]
-        tokenize = list if self.held.target_chars else str.split
-        return score(hyps, self.held.references, tokenize) | {"agreement": agreement}
-
-    def gate(self, engine: OrtStep, max_drop: float) -> dict[str, Any]:
-        """The gate numbers of `engine` against fp32 (see the module docstring)."""
-        scores = self.score(self.decode(engine))
-        before, after = self.scores[self.metric], scores[self.metric]
-        drop = 100 * ((after - before) if LOWER_IS_BETTER[self.metric] else (before - after))
-        return {
-            "inputs": len(self.held.sources),
-            "source": self.held.description,
-            "provider": "CPUExecutionProvider",
-            "metric": self.metric,
-            "fp32": round(before, 6),
-            "variant": round(after, 6),
-            "drop_points": round(drop, 4),
-            "max_drop_points": max_drop,
-            "agreement": round(scores["agreement"], 6),
-            "scores": {k: round(v, 6) for k, v in scores.items()},  # fp32's: its own entry
-            "passed": within_limit(drop, max_drop),
-        }
-
-
-def within_limit(drop_points: float, max_drop_points: float) -> bool:
-    """Whether a drop passes the gate. Both are rates of counts (errors per reference
-    token, say) in points, so a drop of exactly the limit computed in floating point
-    (0.5000000000000004 for 0.5) must pass: compare with a tolerance far below one count."""
-    return drop_points <= max_drop_points + 1e-9
-
-
-def fp32_reference(
-    directory: Path, config: ModelConfig, tokenizers: TokenizerPair, held: HeldOut, max_new: int
-) -> Reference:
-    """Decode the held-out set with the fp32 graphs in `directory`."""
-    if held.references is None:
-        metric = "agreement"
-    else:
-        metric = "wer" if held.task_name in ("g2p", "data") else "exact_match"
-    ref = Reference(held, tokenizers, max_new, metric)
-    ref.ids = ref.decode(_engine(directory, "fp32", config))
-    ref.scores = ref.score(ref.ids)
-    return ref
-
-
-def _engine(directory: Path, variant: str, config: ModelConfig) -> OrtStep:
-    encoder, decoder = GRAPH_FILES[variant]
-    return open_engine(directory / encoder, directory / decoder, config)
-
-
-# -- building each variant --------------------------------------------------------------------
-def _build_int8(
-    directory: Path,
-    config: ModelConfig,
-    ref: Reference | None,
-    options: VariantOptions,
-    say: Progress,
-) -> dict[str, Any]:
-    """Quantize both graphs; with a reference, search layer exclusions until the gate passes."""
-    sources = [directory / name for name in GRAPH_FILES["fp32"]]
-    targets = [directory / name for name in GRAPH_FILES["int8"]]
-
-    def quantize(excluded: Sequence[str]) -> dict[str, list[str]]:
-        done: dict[str, list[str]] = {"quantized": [], "kept": []}
-        for source, target in zip(sources, targets, strict=True):
-            nodes = quantize_graph(
-                source,
-                target,
-                excluded,
-                quantize_all=options.quantize_all,
-                per_channel=options.per_channel,
-                reduce_range=options.reduce_range,
-            )
-            for key in done:
-                done[key] += nodes[key]
-        return done
-
-    def describe(excluded: Sequence[str], nodes: dict[str, list[str]]) -> dict[str, Any]:
-        kept = ["embeddings", OUTPUT_GROUP, "positional table"]
-        return {
-            "method": "onnxruntime quantize_dynamic: int8 weights, uint8 activations at run time",
-            "per_channel": options.per_channel,
-            "reduce_range": options.reduce_range,
-            "quantize_all": options.quantize_all,
-            "quantized_nodes": len(nodes["quantized"]),
-            "fp32_nodes": nodes["kept"],
-            "excluded_groups": list(excluded),
-            "kept_fp32": [] if options.quantize_all else kept,
-        }
-
-    nodes = quantize([])
-    if ref is None:
-        return {"quantization": describe([], nodes)}
-    attempts: list[dict[str, Any]] = []
-
-    def trial(excluded: list[str]) -> dict[str, Any]:
-        numbers = ref.gate(_engine(directory, "int8", config), options.max_metric_drop)
-        attempts.append({"excluded_groups": excluded} | _row(numbers))
-        return numbers
-
-    best, excluded = trial([]), []
-    models = [onnx.load(str(path)) for path in sources]
-    remaining = graph_groups(*models) + ([OUTPUT_GROUP] if options.quantize_all else [])
-    while not best["passed"] and remaining:
-        say(f"  int8 misses the gate ({_summary(best)}); trying {len(remaining)} exclusions")
-        results = []
-        for group in remaining:
-            quantize([*excluded, group])
-            results.append((group, trial([*excluded, group])))
-        group, best = min(results, key=lambda r: (r[1]["drop_points"], -r[1]["agreement"]))
-        excluded.append(group)
-        remaining.remove(group)
-        nodes = quantize(excluded)  # the chosen one, written last
-    if not best["passed"]:
-        raise GateError(
-            f"int8 misses the accuracy gate even with every layer group in fp32: "
-            f"{_summary(best)}; tried {len(attempts)} configurations",
-            "int8",
-            attempts,
+def check_supported(names: Sequence[str], supported: Sequence[str], kind: str) -> None:
+    """OptionsError naming the variants in `names` that `kind` bundles do not have."""
+    unknown = [n for n in names if n not in supported]
+    if unknown:
+        raise OptionsError(
+            f"variants {', '.join(unknown)} are not built for {kind} bundles; choose from "
+            f"{', '.join(supported)}"
         )
-    return {"quantization": describe(excluded, nodes) | {"search": attempts}, "gate": best}
 
 
-def _row(numbers: dict[str, Any]) -> dict[str, Any]:
-    keys = ("metric", "fp32", "variant", "drop_points", "agreement", "passed")
-    return {k: numbers[k] for k in keys}
-
-
-def _summary(numbers: dict[str, Any]) -> str:
-    return (
-        f"{numbers['metric']} {numbers['fp32']:.2%} -> {numbers['variant']:.2%}, drop "
-        f"{numbers['drop_points']:.2f} points > {numbers['max_drop_points']}, agreement "
-        f"{numbers['agreement']:.1%}"
-    )
-
-
-def _gate_or_raise(
-    engine: OrtStep, variant: str, ref: Reference, max_drop: float
-) -> dict[str, Any]:
-    """The gate numbers of `engine`; GateError (a one-row table) when it misses."""
-    numbers = ref.gate(engine, max_drop)
-    if not numbers["passed"]:
-        attempts = [{"excluded_groups": []} | _row(numbers)]
-        message = f"{variant} misses the accuracy gate: {_summary(numbers)}"
-        raise GateError(message, variant, attempts)
-    return numbers
-
-
-def _build_fp16(
-    directory: Path, config: ModelConfig, ref: Reference | None, max_drop: float
-) -> dict[str, Any]:
-    kept: list[str] = []
-    for source, target in zip(GRAPH_FILES["fp32"], GRAPH_FILES["fp16"], strict=True):
-        kept += convert_fp16(directory / source, directory / target)
-    entry: dict[str, Any] = {"fp16": {"fp32_ops": list(FP16_KEPT_OPS), "fp32_nodes": kept}}
-    if ref is None:
-        return entry
-    try:
-        engine = _engine(directory, "fp16", config)
-        greedy_search(engine, np.array(ref.held.sources[:1], dtype=np.int64), 2)  # runs here?
-    except Exception as exc:  # onnxruntime cannot run it here: say so, never claim it
-        return entry | {"verified": False, "note": f"not verified on this machine: {exc}"}
-    return entry | {"gate": _gate_or_raise(engine, "fp16", ref, max_drop), "note": CPU_NOTE}
-
-
-def _build_ort(directory: Path) -> dict[str, Any]:
-    import onnxruntime as ort
-
-    convert_ort([directory / name for name in GRAPH_FILES["fp32"]], directory)
-    return {
-        "required_operators": REQUIRED_OPERATORS_FILE,
-        "converted_with_onnxruntime": ort.__version__,
-        "note": "ORT format of the fp32 graphs (optimization level all); load it with an "
-        "onnxruntime at least as new as converted_with_onnxruntime",
-    }
-
-
-# -- speed ------------------------------------------------------------------------------------
-def measure_speed(
+def finish_table(
     directory: Path,
-    names: Sequence[str],
-    config: ModelConfig,
-    sources: Sequence[Sequence[int]],
-    max_new_tokens: int,
-) -> dict[str, dict[str, Any]]:
-    """Session load time and greedy tokens/s (batch 1, one thread, CPU) of each variant on
-    `sources`, timed by `edgeseq bench`'s harness (bench/timing.py): SPEED_REPEATS passes
-    per variant, interleaved, the fastest of each counts. Tokens are those generated,
-    `</s>` included."""
-    from edgeseq.bench.timing import BenchSpec, time_search
+    table: dict[str, dict[str, Any]],
+    files: Mapping[str, Mapping[str, str]],
+    precision: Mapping[str, str],
+) -> None:
+    """Complete each entry of a `variants` table in place: its graph files (`files[name]`:
+    role -> file name), precision, format, bytes and size relative to fp32, and `gate` and
+    `speed` left null when not measured."""
 
-    spec = BenchSpec([list(s) for s in sources], (1,), 1, 1, max_new_tokens, warmup=False)
-    best = {name: {"load": float("inf"), "rate": 0.0, "tokens": 0} for name in names}
-    for _ in range(SPEED_REPEATS):
-        for name in names:
-            start = time.perf_counter()
-            engine = _engine(directory, name, config)
-            loaded = time.perf_counter()
-            stats = time_search(engine, spec)["1"]
-            entry = best[name]
-            entry["load"] = min(entry["load"], loaded - start)
-            entry["rate"] = max(entry["rate"], stats["tokens_per_s"])
-            entry["tokens"] = stats["tokens"]
-    return {
-        name: {
-            "load_seconds": round(b["load"], 4),
-            "tokens_per_second": round(b["rate"], 1) if b["rate"] > 0 else None,
-            "tokens": b["tokens"],
-            "inputs": len(sources),
-            "batch": 1,
-            "threads": 1,
-            "repeats": SPEED_REPEATS,
-            "provider": "CPUExecutionProvider",
-        }
-        for name, b in best.items()
-    }
+    def size(name: str) -> int:
+        return sum((directory / f).stat().st_size for f in files[name].values())
 
-
-# -- all variants -----------------------------------------------------------------------------
-def build_variants(
-    directory: str | Path,
-    config: ModelConfig,
-    tokenizers: TokenizerPair,
-    held: HeldOut | None,
-    options: VariantOptions,
-    *,
-    fp32_verified: bool,
-    max_new_tokens: int | None = None,
-    progress: Progress | None = None,
-) -> dict[str, dict[str, Any]]:
-    """Write the requested variants' graphs next to the fp32 graphs in `directory` and
-    return the manifest's `variants` table. With `held` (None: --no-verify), gate every
-    non-fp32 variant against fp32 and measure speed; a missed gate raises GateError."""
-    say = progress or (lambda _: None)
-    directory = Path(directory)
-    limit = max_new_tokens if max_new_tokens is not None else config.max_len
-    ref = fp32_reference(directory, config, tokenizers, held, limit) if held else None
-    table: dict[str, dict[str, Any]] = {"fp32": {"verified": fp32_verified}}
-    if ref is not None:
-        table["fp32"]["metric"] = ref.metric
-        table["fp32"]["scores"] = {k: round(v, 6) for k, v in ref.scores.items()}
-    for name in options.names[1:]:
-        if name in EXTRA_DECODERS:
-            continue
-        say(f"variant {name}")
-        if name == "int8":
-            entry = _build_int8(directory, config, ref, options, say)
-        elif name == "fp16":
-            entry = _build_fp16(directory, config, ref, options.max_metric_drop)
-        else:
-            entry = _build_ort(directory)
-            if ref is not None:
-                engine = _engine(directory, name, config)
-                entry["gate"] = _gate_or_raise(engine, name, ref, options.max_metric_drop)
-        entry.setdefault("verified", "gate" in entry)
-        if ref is None:
-            entry.setdefault("note", "exported with --no-verify: no accuracy gate measured")
-        table[name] = entry
-    fp32_bytes = _bytes(directory, "fp32")
+    fp32_bytes = size("fp32")
     for name, entry in table.items():
-        encoder, decoder = GRAPH_FILES[name]
-        size = _bytes(directory, name)
-        entry.update(encoder=encoder, decoder=decoder, precision=PRECISION[name])
-        entry.update(format="ort" if name == "ort" else "onnx", bytes=size)
-        entry["size_ratio"] = round(size / fp32_bytes, 4)
+        entry.update(files[name], precision=precision[name])
+        entry.update(format="ort" if name == "ort" else "onnx", bytes=size(name))
+        entry["size_ratio"] = round(entry["bytes"] / fp32_bytes, 4)
         entry.setdefault("gate", None)
-    if held is not None:
-        say(f"speed: greedy, batch 1, 1 thread, {options.speed_inputs} inputs per variant")
-        runnable = [name for name, entry in table.items() if name == "fp32" or entry["verified"]]
-        sources = held.sources[: options.speed_inputs]
-        speeds = measure_speed(directory, runnable, config, sources, limit)
-        for name, speed in speeds.items():
-            table[name]["speed"] = speed
-    for entry in table.values():
         entry.setdefault("speed", None)
-    return table
-
-
-def _bytes(directory: Path, variant: str) -> int:
-    return sum((directory / name).stat().st_size for name in GRAPH_FILES[variant])

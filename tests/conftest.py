@@ -64,7 +64,7 @@ def make_export_model(name: str, seed: int = 0) -> tuple[Any, Any]:
 @pytest.fixture(scope="session", params=sorted(EXPORT_CONFIGS))
 def export_case(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
     """Each EXPORT_CONFIGS model exported (with parity on 200 random inputs) once per session."""
-    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 
     model, tokenizers = make_export_model(request.param)
     bundle = tmp_path_factory.mktemp("bundles") / request.param
@@ -140,7 +140,7 @@ def runtime_model() -> RuntimeCase:
 @pytest.fixture(scope="session")
 def runtime_case(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory):
     """runtime_model exported to a bundle (parity not re-run here; tests compare engines)."""
-    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 
     bundle = tmp_path_factory.mktemp("runtime") / "reverse-tiny"
     task = {"name": "reverse", "options": {}}
@@ -215,7 +215,7 @@ def trained_run(small_reverse_task, small_recipe_factory, tmp_path_factory):
 @pytest.fixture(scope="session")
 def search_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """runtime_model exported with the fp32, int8, ort and search variants (no parity)."""
-    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
     from edgeseq.export.variants import VariantOptions
 
     bundle = tmp_path_factory.mktemp("search") / "reverse-search"
@@ -245,6 +245,7 @@ def train_and_export_lm(task_name: str, root: Path) -> dict[str, Any]:
     from edgeseq.build_model.recipe import Recipe
     from edgeseq.build_model.tasks import load_task
     from edgeseq.build_model.train import train
+    from edgeseq.export.options import ExportOptions
     from edgeseq.export.pipeline import export_checkpoint
     from edgeseq.export.variants import VariantOptions
 
@@ -255,7 +256,9 @@ def train_and_export_lm(task_name: str, root: Path) -> dict[str, Any]:
         train(load_task(task_name), recipe, root / "run", max_steps=40, threads=1, progress=False)
         options = VariantOptions(("fp32", "int8"), max_metric_drop=100.0)
         bundle = root / "bundle"
-        manifest = export_checkpoint(root / "run" / "last", bundle, inputs=60, variants=options)
+        manifest = export_checkpoint(
+            root / "run" / "last", bundle, ExportOptions(inputs=60, variants=options)
+        )
     finally:
         torch.set_num_threads(threads)
     return {"bundle": bundle, "manifest": manifest, "run": root / "run" / "last"}
@@ -281,10 +284,10 @@ def export_runtime_variants(
     the variants' groups) on 24 random sources and no int8 gate limit, on one torch thread."""
     import torch
 
-    from edgeseq.export.bundle import export_bundle
     from edgeseq.export.heldout import HeldOut
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
+    from edgeseq.export.parity import random_sources
     from edgeseq.export.variants import VariantOptions
-    from edgeseq.export.verify import random_sources
 
     held = HeldOut(random_sources(runtime_model.model, 24), None, "random sources")
     threads = torch.get_num_threads()

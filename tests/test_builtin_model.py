@@ -77,11 +77,13 @@ def test_a_path_that_exists_wins_and_unknown_names_say_what_to_do(
 
 @pytest.mark.slow
 def test_re_exporting_the_checkpoint_gives_the_same_parity_verdict(tmp_path: Path) -> None:
+    from edgeseq.export.options import ExportOptions
     from edgeseq.export.pipeline import export_checkpoint
 
     shipped = read_manifest(BUILTIN_DIR / "g2p-en")
     # As `make builtin-model` exports it: standard operators (export/builtin.py).
-    manifest = export_checkpoint(CHECKPOINT, tmp_path / "again", inputs=50, fuse=False)
+    options = ExportOptions(inputs=50, fuse=False)
+    manifest = export_checkpoint(CHECKPOINT, tmp_path / "again", options)
     assert manifest["parity"]["passed"] == shipped["parity"]["passed"] is True
     for key in ("opset", "ir_version", "min_onnxruntime"):
         assert manifest[key] == shipped[key], key

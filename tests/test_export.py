@@ -9,8 +9,10 @@ import onnx
 import pytest
 import torch
 
-from edgeseq.export.onnx_export import MIN_OPSET, ExportError, export_encoder
-from edgeseq.export.verify import TOLERANCE_FP32, open_engine
+from edgeseq.export.kinds.seq2seq.graphs import export_encoder
+from edgeseq.export.kinds.seq2seq.parity import open_engine
+from edgeseq.export.onnx_export import MIN_OPSET, ExportError
+from edgeseq.export.parity import TOLERANCE_FP32
 from edgeseq.runtime import constants as C
 
 

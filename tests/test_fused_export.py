@@ -9,8 +9,9 @@ from pathlib import Path
 import onnx
 import pytest
 
-from edgeseq.export.bundle import MIN_ORT_FUSED_ATTENTION, export_bundle
+from edgeseq.export.bundle import MIN_ORT_FUSED_ATTENTION
 from edgeseq.export.fused_ops import FUSED_OP, MS_DOMAIN
+from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import version_key
 from edgeseq.runtime.generator import Generator

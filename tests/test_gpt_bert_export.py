@@ -134,28 +134,33 @@ def test_verify_rechecks_parity_and_refuses_a_tampered_bundle(
 ) -> None:
     import shutil
 
+    from edgeseq.export.options import ExportOptions
     from edgeseq.export.pipeline import verify_bundle
     from edgeseq.runtime.errors import BundleError
 
-    report = verify_bundle(gpt_case["bundle"], gpt_case["run"], inputs=20)
+    report = verify_bundle(gpt_case["bundle"], gpt_case["run"], ExportOptions(inputs=20))
     assert report["passed"] and report["level3"]["inputs"] == 20
     copy = tmp_path / "copy"
     shutil.copytree(gpt_case["bundle"], copy)
     with (copy / "genai_config.json").open("a") as f:
         f.write(" ")
     with pytest.raises(BundleError, match=r"genai_config\.json does not match its sha256"):
-        verify_bundle(copy, gpt_case["run"], inputs=20)
+        verify_bundle(copy, gpt_case["run"], ExportOptions(inputs=20))
 
 
 def test_a_missed_int8_gate_is_one_error_with_its_table(
     bert_case: dict[str, Any], tmp_path: Path
 ) -> None:
+    from edgeseq.export.gate import GateError
+    from edgeseq.export.options import ExportOptions
     from edgeseq.export.pipeline import export_checkpoint
     from edgeseq.export.report import format_attempts
-    from edgeseq.export.variants import GateError, VariantOptions
+    from edgeseq.export.variants import VariantOptions
 
     impossible = VariantOptions(("fp32", "int8"), max_metric_drop=-100.0)
     with pytest.raises(GateError, match="int8 misses the accuracy gate") as error:
-        export_checkpoint(bert_case["run"], tmp_path / "b", inputs=20, variants=impossible)
+        export_checkpoint(
+            bert_case["run"], tmp_path / "b", ExportOptions(inputs=20, variants=impossible)
+        )
     assert "(nothing)" in format_attempts(error.value.attempts)  # no layer kept in fp32
     assert not (tmp_path / "b").exists()

@@ -32,7 +32,7 @@ KEYS = sorted(GRAPH_VARIANTS)
 @pytest.fixture(scope="module")
 def every_variant(runtime_model, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """runtime_model exported with fp32 and every registered graph variant (no parity)."""
-    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
     from edgeseq.export.variants import VariantOptions
 
     bundle = tmp_path_factory.mktemp("graph-variants") / "every"
@@ -197,10 +197,15 @@ def _cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
     return int(exit_info.value.code or 0), capsys.readouterr().err
 
 
-def test_the_registry_names_every_variant_the_exporter_builds() -> None:
-    from edgeseq.export.variants import EXTRA_DECODERS
+def test_every_registered_variant_is_exported_verified_and_reported() -> None:
+    from edgeseq.export.kinds.seq2seq.graph_variants import VARIANT_EXPORTS
+    from edgeseq.export.report import PARITY_ROWS
+    from edgeseq.export.variants import VARIANT_NAMES
 
-    assert set(EXTRA_DECODERS) == set(GRAPH_VARIANTS)
+    assert list(VARIANT_EXPORTS) == ["steps", "inplace", "search"]  # search wraps the others
+    assert set(VARIANT_EXPORTS) == set(GRAPH_VARIANTS) == set(PARITY_ROWS)
+    assert set(GRAPH_VARIANTS) <= set(VARIANT_NAMES)
+    assert all(VARIANT_EXPORTS[k].graphs is GRAPH_VARIANTS[k] for k in GRAPH_VARIANTS)
 
 
 @pytest.mark.parametrize("tampered", CASES, ids=_ids(CASES), indirect=True)

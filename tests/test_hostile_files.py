@@ -16,7 +16,7 @@ import pytest
 from edgeseq.build_model.tasks import load_task, read_tsv
 from edgeseq.build_model.train import train
 from edgeseq.cli.main import main
-from edgeseq.export.variants import within_limit
+from edgeseq.export.gate import within_limit
 from edgeseq.runtime.atomic import atomic_directory, check_writable, remove_stale_temporaries
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import DataError, InputFileError, OptionsError, OutputPathError
@@ -253,7 +253,7 @@ def test_the_smallest_max_len_exports_and_runs(tmp_path: Path) -> None:
     import torch
 
     from edgeseq.build_model.model import Seq2SeqTransformer
-    from edgeseq.export.bundle import export_bundle
+    from edgeseq.export.kinds.seq2seq.bundle import export_bundle
     from edgeseq.runtime.generator import Generator
     from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 

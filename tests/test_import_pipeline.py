@@ -38,7 +38,7 @@ def test_the_manifest_holds_parity_against_the_users_module(torch_case) -> None:
 
 
 def test_generate_is_the_users_greedy_decoding(torch_case) -> None:
-    from edgeseq.export.source_parity import ReferenceStep
+    from edgeseq.export.kinds.seq2seq.source_parity import ReferenceStep
     from edgeseq.export.sources import open_source
     from edgeseq.runtime import Generator
     from edgeseq.runtime.padding import right_pad

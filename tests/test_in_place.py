@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from edgeseq.export.bundle import export_bundle
 from edgeseq.export.heldout import HeldOut
+from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 from edgeseq.export.report import format_parity
 from edgeseq.export.variants import VariantOptions, parse_variants
 from edgeseq.runtime import Generator

@@ -85,7 +85,7 @@ def test_the_layer_check_catches_imports_and_strings(tmp_path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text(
         "import torch\n"
-        "from edgeseq.export.verify import run_parity\n"
+        "from edgeseq.export.kinds.seq2seq.parity import run_parity\n"
         "from .. import build_model\n"
         'WORKER = "from edgeseq.build_model.tasks import load_task"\n'
         'PLAIN = "export the model, then build the bundle"\n',
@@ -126,6 +126,29 @@ def test_no_python_file_is_over_the_line_budget() -> None:
         if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
     }
     assert long == {}
+
+
+def private_imports(paths: list[Path]) -> list[str]:
+    """ "file:line module._name" for every `from module import _name` in `paths`."""
+    found = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module != "__future__":
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.name}:{node.lineno} {node.module}.{alias.name}")
+    return found
+
+
+def test_no_module_imports_a_private_name_of_another() -> None:
+    paths = [p for folder in SOURCE_DIRS for p in sorted((ROOT / folder).rglob("*.py"))]
+    assert private_imports(paths) == []
+
+
+def test_the_private_import_check_finds_one(tmp_path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from edgeseq.export.onnx_export import _run, export_module\n")
+    assert private_imports([module]) == ["m.py:1 edgeseq.export.onnx_export._run"]
 
 
 def module_name(path: Path, root: Path) -> str:

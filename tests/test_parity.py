@@ -8,16 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+from edgeseq.export.kinds.seq2seq.parity import LEVEL3_BEAM_INPUTS, open_engine, run_parity
+from edgeseq.export.kinds.seq2seq.parity_graphs import decoder_feeds
 from edgeseq.export.limits import LEVEL3_MIN_INPUTS
-from edgeseq.export.parity_graphs import TOLERANCE_FP32, _decoder_feeds
+from edgeseq.export.parity import TOLERANCE_FP32, check_parity, random_sources
 from edgeseq.export.report import format_parity
-from edgeseq.export.verify import (
-    LEVEL3_BEAM_INPUTS,
-    check_parity,
-    open_engine,
-    random_sources,
-    run_parity,
-)
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import ParityError
 
@@ -94,7 +89,7 @@ def test_level1_decoder_feeds_are_states_the_model_makes(export_case, past_len: 
     """Cross/past K/V come from PyTorch's own encoder and decoder: shapes, dtypes, a mask
     whose first row and column are real."""
     model, cfg = export_case.model, export_case.model.cfg
-    feeds = _decoder_feeds(model, np.random.default_rng(3), 3, 7, past_len, 4)
+    feeds = decoder_feeds(model, np.random.default_rng(3), 3, 7, past_len, 4)
     layers = cfg.n_decoder_layers
     assert set(feeds) == set(C.decoder_inputs(layers))
     for name in C.layer_names(C.PAST_K, layers) + C.layer_names(C.PAST_V, layers):

@@ -7,7 +7,8 @@ import os
 import sys
 from pathlib import Path
 
-from edgeseq.export.bundle import export_bundle, portable_task
+from edgeseq.export.bundle import portable_task
+from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 

@@ -139,7 +139,7 @@ def test_a_decoder_from_another_model_is_refused(
     from dataclasses import replace
 
     from edgeseq.build_model.model import Seq2SeqTransformer
-    from edgeseq.export.onnx_export import export_decoder
+    from edgeseq.export.kinds.seq2seq.graphs import export_decoder
 
     other_cfg = replace(runtime_model.model.cfg, n_decoder_layers=1)
     export_decoder(Seq2SeqTransformer(other_cfg).eval(), bundle_copy / C.DECODER_FILE)

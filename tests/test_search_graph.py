@@ -192,7 +192,12 @@ def test_parity_group_and_its_failure(
     runtime_model, search_bundle: Path, tmp_path: Path, loop_gen: Generator
 ) -> None:
     from edgeseq.export.heldout import HeldOut
-    from edgeseq.export.search_parity import build_search_variant, check_search_parity
+    from edgeseq.export.kinds.seq2seq.search_parity import (
+        search_failure,
+        search_parity_group,
+        write_search_graphs,
+    )
+    from edgeseq.export.parity import check_group
 
     directory = tmp_path / "copy"
     shutil.copytree(search_bundle, directory)
@@ -200,10 +205,12 @@ def test_parity_group_and_its_failure(
     texts = [t for t in TEXTS if t] * 5
     held = HeldOut([list(loop_gen.encode(t).ids) for t in texts], texts, "reverse strings")
     cfg = runtime_model.model.cfg
-    entry, group = build_search_variant(
-        directory, cfg, runtime_model.tokenizers, manifest["variants"], held, None
+    entry = write_search_graphs(directory, cfg, manifest["variants"])
+    precisions = [p for p in ("fp32", "int8") if p in entry]
+    group = search_parity_group(
+        directory, cfg, runtime_model.tokenizers, precisions, held, cfg.max_len
     )
-    assert entry["fp32"]["file"] == "search.onnx" and group is not None and group["passed"]
+    assert entry["fp32"]["file"] == "search.onnx" and group["passed"]
     cases = {(r["beam_size"], r["batch"]) for r in group["fp32"]["rows"]}
     assert cases == {(1, 1), (1, 32), (4, 1), (4, 32)}
     assert all(r["identical"] == r["inputs"] == len(texts) for r in group["fp32"]["rows"])
@@ -211,14 +218,14 @@ def test_parity_group_and_its_failure(
     rows = search_parity_rows(group)
     assert ("4", "fp32 search graph = loop, beam 4, batch 32", "35/35", "ok") in rows
     report = {"passed": True, "search": group}
-    check_search_parity(report)  # passes quietly
+    check_group(report, "search", search_failure)  # passes quietly
     bad = json.loads(json.dumps(group))
     bad["passed"] = False
     row = bad["fp32"]["rows"][2]
     row["identical"] -= 1
     row["mismatches"] = [{"index": 3, "loop_ids": [5, 4], "graph_ids": [5]}]
     with pytest.raises(ParityError, match=r"beam 4 batch 1: 34/35 identical; input #3: loop"):
-        check_search_parity({"passed": False, "search": bad})
+        check_group({"passed": False, "search": bad}, "search", search_failure)
 
 
 def test_bench_times_the_graph_path_next_to_the_loop(search_bundle: Path, loop_gen) -> None:
@@ -247,13 +254,14 @@ def test_bench_times_the_graph_path_next_to_the_loop(search_bundle: Path, loop_g
 
 def test_verify_reruns_the_search_group(runtime_model, search_bundle: Path, tmp_path: Path):
     from edgeseq.build_model.checkpoint import save_checkpoint
+    from edgeseq.export.options import ExportOptions
     from edgeseq.export.pipeline import verify_bundle
 
     task = {"name": "reverse", "options": {}}
     ckpt = save_checkpoint(
         tmp_path / "ckpt", runtime_model.model, runtime_model.tokenizers, task, {"step": 0}
     )
-    report = verify_bundle(search_bundle, ckpt, inputs=40)
+    report = verify_bundle(search_bundle, ckpt, ExportOptions(inputs=40))
     assert report["passed"] and report["search"]["passed"]
     assert set(report["search"]) >= {"fp32", "int8", "ort"}
     assert all(r["inputs"] == 40 for r in report["search"]["fp32"]["rows"])

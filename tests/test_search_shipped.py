@@ -20,8 +20,8 @@ def shipped_search(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """models/g2p-en's graphs and search variant (exported once), and 200 test words."""
     from edgeseq.build_model.checkpoint import load_checkpoint
     from edgeseq.build_model.tasks import load_task
-    from edgeseq.export.onnx_export import export_decoder, export_encoder
-    from edgeseq.export.search_graph import write_search_graph
+    from edgeseq.export.kinds.seq2seq.graphs import export_decoder, export_encoder
+    from edgeseq.export.kinds.seq2seq.search_graph import write_search_graph
 
     model, tokenizers, meta = load_checkpoint(MODEL)
     out = tmp_path_factory.mktemp("g2p-search")
@@ -36,8 +36,8 @@ def shipped_search(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 def test_shipped_search_graph_equals_the_loop_on_200_test_words(shipped_search) -> None:
-    from edgeseq.export.search_parity import compare, open_graph
-    from edgeseq.export.verify import open_engine
+    from edgeseq.export.kinds.seq2seq.parity import open_engine
+    from edgeseq.export.kinds.seq2seq.search_parity import compare, open_graph
 
     out, cfg, sources = shipped_search["dir"], shipped_search["cfg"], shipped_search["sources"]
     assert len(sources) == WORDS and len({len(s) for s in sources}) > 5  # mixed lengths

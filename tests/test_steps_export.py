@@ -11,13 +11,13 @@ import pytest
 import torch
 from conftest import EXPORT_CONFIGS
 
-from edgeseq.export.steps_parity import (
+from edgeseq.export.kinds.seq2seq.steps_parity import (
     STEPS_PARITY_ROWS,
-    check_steps_parity,
+    steps_failure,
     steps_parity_group,
 )
+from edgeseq.export.parity import check_group, random_sources
 from edgeseq.export.variants import parse_variants
-from edgeseq.export.verify import random_sources
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import ParityError
@@ -103,18 +103,18 @@ class IgnoringMask:
 
 
 def test_the_steps_parity_fails_when_the_mask_is_ignored(steps_bundle, monkeypatch) -> None:
-    from edgeseq.export import steps_parity
+    from edgeseq.export.kinds.seq2seq import steps_parity
 
     config = load_bundle(steps_bundle).config
     sources = random_sources_of(config, 8)
     group = steps_parity_group(steps_bundle, config, ["fp32"], sources)
     assert group["passed"] and group["fp32"]["max_abs_diff"] <= 1e-4
-    real = steps_parity.steps_session
-    monkeypatch.setattr(steps_parity, "steps_session", lambda path: IgnoringMask(real(path)))
+    real = steps_parity.cpu_session
+    monkeypatch.setattr(steps_parity, "cpu_session", lambda path: IgnoringMask(real(path)))
     group = steps_parity_group(steps_bundle, config, ["fp32"], sources)
     assert not group["passed"] and group["fp32"]["max_abs_diff"] > 1e-3
     with pytest.raises(ParityError, match=r"step-batching decoder differs.*re-export"):
-        check_steps_parity({"steps": group})
+        check_group({"steps": group}, "steps", steps_failure)
 
 
 def random_sources_of(config, n: int) -> list[list[int]]:

@@ -26,8 +26,10 @@ from edgeseq.runtime.generator import Generator
 
 pytest.importorskip("torch")
 from edgeseq.build_model.checkpoint import save_checkpoint
+from edgeseq.export import gate as G
 from edgeseq.export import variants as V
 from edgeseq.export.heldout import HeldOut
+from edgeseq.export.kinds.seq2seq import precisions as P
 from edgeseq.export.quantize import OUTPUT_GROUP, graph_groups, weight_nodes
 
 ALL = ("fp32", "int8", "fp16", "ort")
@@ -139,7 +141,7 @@ def test_int8_agreement_and_metric_are_measured_on_the_trained_model(exported) -
 def _fp32_copy(bundle: Path, tmp_path: Path) -> Path:
     directory = tmp_path / "graphs"
     directory.mkdir()
-    for name in V.GRAPH_FILES["fp32"]:
+    for name in P.GRAPH_FILES["fp32"]:
         shutil.copy(bundle / name, directory / name)
     return directory
 
@@ -157,11 +159,11 @@ def test_the_gate_trips_with_the_table_of_what_was_tried(exported, tmp_path) -> 
     gen = Generator.load(bundle, providers="cpu", threads=1)
     directory = _fp32_copy(bundle, tmp_path)
     options = V.VariantOptions(("fp32", "int8"), max_metric_drop=-101.0, speed_inputs=2)
-    with pytest.raises(V.GateError, match="int8 misses the accuracy gate even with every") as e:
-        V.build_variants(
+    with pytest.raises(G.GateError, match="int8 misses the accuracy gate even with every") as e:
+        P.build_variants(
             directory, gen.config, gen.tokenizers, _held(gen), options, fp32_verified=True
         )
-    groups = graph_groups(*(onnx.load(str(directory / f)) for f in V.GRAPH_FILES["fp32"]))
+    groups = graph_groups(*(onnx.load(str(directory / f)) for f in P.GRAPH_FILES["fp32"]))
     assert groups == ["encoder layer 0", "encoder layer 1", "decoder layer 0", "decoder layer 1"]
     attempts = e.value.attempts
     assert len(attempts) == 1 + 4 + 3 + 2 + 1  # nothing excluded, then one group more per round
@@ -175,16 +177,16 @@ def test_an_unverifiable_fp16_is_recorded_as_not_verified(exported, tmp_path, mo
     _, bundle, _ = exported
     gen = Generator.load(bundle, providers="cpu", threads=1)
     directory = _fp32_copy(bundle, tmp_path)
-    real_engine = V._engine
+    real_engine = P.open_variant
 
     def engine(directory: Path, variant: str, config):
         if variant == "fp16":
             raise RuntimeError("no kernel for MatMul(float16)")
         return real_engine(directory, variant, config)
 
-    monkeypatch.setattr(V, "_engine", engine)
+    monkeypatch.setattr(P, "open_variant", engine)
     options = V.VariantOptions(("fp32", "fp16"), speed_inputs=2)
-    table = V.build_variants(
+    table = P.build_variants(
         directory, gen.config, gen.tokenizers, _held(gen), options, fp32_verified=True
     )
     assert table["fp16"]["verified"] is False and table["fp16"]["gate"] is None

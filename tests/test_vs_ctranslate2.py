@@ -63,7 +63,7 @@ def test_ctranslate2_scores_equal_pytorch_logprobs(export_model_factory, name, t
 
 def test_ctranslate2_greedy_ids_equal_pytorch_on_a_trained_model(runtime_model, tmp_path) -> None:
     from edgeseq.build_model.torch_step import TorchStep
-    from edgeseq.export.verify import random_sources
+    from edgeseq.export.parity import random_sources
     from edgeseq.runtime.search import GenerationOptions
 
     model = runtime_model.model

@@ -35,14 +35,12 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from ..genai_config import write_genai_config
 from ..heldout import HeldOut
-from ..onnx_export import GraphInfo, _run
-from ..parity_graphs import TOLERANCE_FP32, max_abs_diff
-from ..verify import top2
+from ..onnx_export import GraphInfo, export_module
+from ..parity import MAX_REPORTED_MISMATCHES, TOLERANCE_FP32, max_abs_diff, top2
 from .one_graph import (
     EXAMPLE_BATCH,
     EXAMPLE_NEW,
     LEVEL2_ROWS,
-    MAX_REPORTED_MISMATCHES,
     Run,
     export_one_graph,
     random_ids,
@@ -111,7 +109,7 @@ def export_gpt(
         "past": tuple({0: b, 2: p} for _ in range(2 * cfg.n_decoder_layers)),
     }
     names = (C.gpt_inputs(cfg.n_decoder_layers), C.gpt_outputs(cfg.n_decoder_layers))
-    info = _run(OnnxGPT(model), args, shapes, names, cfg, "gpt", path, opset, metadata)
+    info = export_module(OnnxGPT(model), args, shapes, names, cfg, "gpt", path, opset, metadata)
     _name_total_axis(Path(path))
     return run_info(info, Path(path))
 
@@ -306,8 +304,8 @@ def gpt_level3(
 
 # -- the hooks of export/kinds/one_graph.py --------------------------------------------------
 export_graph = export_gpt
-export = export_one_graph  # (model, tokenizers, out, *, task, held, ...) -> manifest
-verify = verify_one_graph  # (bundle, manifest, model, tokenizers, held, progress) -> report
+export = export_one_graph  # (source, out, options) -> manifest: the kind interface
+verify = verify_one_graph  # (bundle, source, options) -> parity report
 
 
 def graph_inputs(model: DecoderOnlyTransformer, held: HeldOut) -> list[list[int]]:

@@ -27,13 +27,11 @@ from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from ..heldout import HeldOut
-from ..onnx_export import GraphInfo, _run
-from ..parity_graphs import TOLERANCE_FP32, max_abs_diff
-from ..verify import top2
+from ..onnx_export import GraphInfo, export_module
+from ..parity import MAX_REPORTED_MISMATCHES, TOLERANCE_FP32, max_abs_diff, top2
 from .one_graph import (
     EXAMPLE_BATCH,
     EXAMPLE_NEW,
-    MAX_REPORTED_MISMATCHES,
     Run,
     export_one_graph,
     random_ids,
@@ -70,7 +68,7 @@ def export_bert(
     args = (ids, torch.ones_like(ids))
     shapes = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}}
     names = (C.BERT_INPUTS, C.BERT_OUTPUTS)
-    return _run(OnnxBERT(model), args, shapes, names, cfg, "bert", path, opset, metadata)
+    return export_module(OnnxBERT(model), args, shapes, names, cfg, "bert", path, opset, metadata)
 
 
 def torch_run(model: EncoderOnlyTransformer) -> Run:
@@ -152,8 +150,8 @@ def bert_levels(
 
 # -- the hooks of export/kinds/one_graph.py --------------------------------------------------
 export_graph = export_bert
-export = export_one_graph  # (model, tokenizers, out, *, task, held, ...) -> manifest
-verify = verify_one_graph  # (bundle, manifest, model, tokenizers, held, progress) -> report
+export = export_one_graph  # (source, out, options) -> manifest: the kind interface
+verify = verify_one_graph  # (bundle, source, options) -> parity report
 
 
 def graph_inputs(model: EncoderOnlyTransformer, held: HeldOut) -> list[list[int]]:

@@ -4,7 +4,7 @@ export/verify.py, the int8 variant behind its gate, and writing the bundle (`mod
 `model.int8.onnx`, config.json, tokenizers, manifest.json with parity) with the same atomic
 write, manifest structure and checksums as the encoder–decoder's (export/bundle.py).
 
-    manifest = export_one_graph(model, tokenizers, "bundles/words", task=task, held=held)
+    manifest = export_one_graph(source, "bundles/words", ExportOptions())
     report = run_one_graph_parity(model, session_run(session), prompts)
 
 What differs between the kinds (the graph, its parity levels, what a held-out input becomes,
@@ -31,26 +31,23 @@ from torch import Tensor
 
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
+from edgeseq.runtime.bundle import Bundle
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import SPECIAL_TOKENS
-from edgeseq.runtime.errors import OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.providers import session_options
 from edgeseq.runtime.tokenizer import TokenizerPair
 from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadata
 
-from ..bundle import (
-    bundle_config,
-    bundle_manifest,
-    min_onnxruntime,
-    refuse_existing,
-    write_json,
-)
+from ..bundle import bundle_config, bundle_manifest, min_onnxruntime, refuse_existing, write_json
+from ..gate import gate_numbers, raise_if_missed
 from ..heldout import HeldOut
-from ..onnx_export import GraphInfo, _value_info
+from ..onnx_export import GraphInfo, value_info
+from ..options import ExportOptions, held_out
+from ..parity import check_parity, parity_report, single_thread
 from ..quantize import quantize_graph
-from ..variants import GateError, VariantOptions
-from ..verify import check_parity, parity_report, single_thread
+from ..sources import SourceError, SourceModel
+from ..variants import VariantOptions, check_supported, finish_table
 from . import kind_module
 
 Run = Callable[[dict[str, np.ndarray]], list[np.ndarray]]  # graph feeds -> graph outputs
@@ -82,7 +79,7 @@ def random_ids(cfg: ModelConfig, batch: int, length: int) -> Tensor:
 def run_info(info: GraphInfo, path: Path) -> GraphInfo:
     """`info` with the inputs and outputs as saved at `path` now."""
     proto = onnx.load(str(path), load_external_data=False)
-    info.inputs, info.outputs = _value_info(proto.graph.input), _value_info(proto.graph.output)
+    info.inputs, info.outputs = value_info(proto.graph.input), value_info(proto.graph.output)
     info.bytes = path.stat().st_size
     return info
 
@@ -112,28 +109,20 @@ def open_run(path: Path) -> Run:
 
 
 def gate(fp32: list[str], other: list[str], held: HeldOut, max_drop: float) -> dict[str, Any]:
-    """Agreement with fp32 and exact match vs the references (agreement without them)."""
+    """The gate numbers (export/gate.py) of a variant's outputs `other` against fp32's:
+    exact match against the references, or agreement with fp32 without them."""
     agreement = float(np.mean([a == b for a, b in zip(fp32, other, strict=True)]))
     if held.references is None:
-        ref_score, score = 1.0, agreement
-        metric = "agreement"
+        metric, ref_score, score = "agreement", 1.0, agreement
     else:
         refs = held.references
         ref_score = float(np.mean([t in r for t, r in zip(fp32, refs, strict=True)]))
         score = float(np.mean([t in r for t, r in zip(other, refs, strict=True)]))
         metric = "exact_match"
-    drop = 100.0 * (ref_score - score)
-    return {
-        "metric": metric,
-        "fp32": round(ref_score, 6),
-        "variant": round(score, 6),
-        "agreement": round(agreement, 6),
-        "drop_points": round(drop, 4),
-        "max_drop_points": max_drop,
-        "inputs": len(fp32),
-        "source": held.description,
-        "passed": drop <= max_drop,
-    }
+    return gate_numbers(
+        metric, ref_score, score, agreement=agreement, max_drop=max_drop, inputs=len(fp32),
+        source=held.description,
+    )  # fmt: skip
 
 
 def build_one_graph_variants(
@@ -145,12 +134,7 @@ def build_one_graph_variants(
     say: Progress,
 ) -> dict[str, dict[str, Any]]:
     """The manifest's `variants` table: fp32, and int8 behind its gate when asked."""
-    unknown = [n for n in options.names if n not in GRAPH_FILES]
-    if unknown:
-        raise OptionsError(
-            f"variants {', '.join(unknown)} are not built for {kind(model).NAME} "
-            f"bundles; choose from {', '.join(GRAPH_FILES)}"
-        )
+    check_supported(options.names, tuple(GRAPH_FILES), kind(model).NAME)
     table: dict[str, dict[str, Any]] = {"fp32": {"verified": held is not None, "gate": None}}
     reference = None
     if held is not None:
@@ -181,77 +165,54 @@ def build_one_graph_variants(
         }
         if reference is not None:
             got = kind(model).outputs(model, open_run(directory / INT8_FILE), inputs, tokenizers)
-            entry["gate"] = gate(reference, got, held, options.max_metric_drop)
-            entry["verified"] = entry["gate"]["passed"]
-            g = entry["gate"]
+            g = entry["gate"] = gate(reference, got, held, options.max_metric_drop)
+            entry["verified"] = g["passed"]
             say(
                 f"  int8 gate: {g['metric']} {g['fp32']:.4f} -> {g['variant']:.4f}, agreement "
                 f"{g['agreement']:.1%}: {'ok' if g['passed'] else 'FAIL'}"
             )
-            if not entry["gate"]["passed"]:
-                raise GateError(
-                    f"int8 misses the accuracy gate: {entry['gate']['metric']} drops "
-                    f"{entry['gate']['drop_points']:.2f} points (at most "
-                    f"{options.max_metric_drop}); export without int8 or raise --max-metric-drop",
-                    "int8",
-                    [entry["gate"] | {"excluded_groups": []}],  # no layer kept in fp32
-                )
+            raise_if_missed("int8", g, "export without int8 or raise --max-metric-drop")
         table["int8"] = entry
-    fp32_bytes = (directory / C.MODEL_FILE).stat().st_size
-    for name, entry in table.items():
-        size = (directory / GRAPH_FILES[name]).stat().st_size
-        entry.update(model=GRAPH_FILES[name], precision=name, format="onnx", bytes=size)
-        entry["size_ratio"] = round(size / fp32_bytes, 4)
-        entry.setdefault("speed", None)
+    files = {name: {"model": GRAPH_FILES[name]} for name in table}
+    finish_table(directory, table, files, {name: name for name in table})
     return table
 
 
 def export_one_graph(
-    model: OneGraphModel,
-    tokenizers: TokenizerPair,
-    out: str | Path,
-    *,
-    task: dict[str, Any] | None = None,
-    held: HeldOut | None = None,
-    opset: int | None = None,
-    force: bool = False,
-    verify: bool = True,
-    variants: VariantOptions | None = None,
-    progress: Progress | None = None,
+    source: SourceModel, out: str | Path, options: ExportOptions
 ) -> dict[str, Any]:
-    """Export a GPT or BERT `model` to a bundle directory `out`; return its manifest. With
-    `verify`, `held` (export/heldout.py) is required: parity failures raise `ParityError`,
-    a missed int8 gate `GateError`, and nothing is written."""
-    say = progress or (lambda _: None)
-    out, options, module = Path(out), variants or VariantOptions(), kind(model)
-    refuse_existing(out, force)
-    if verify and held is None:
-        raise OptionsError("verifying a GPT or BERT export needs held-out inputs")
+    """Export a GPT or BERT `source` to a bundle directory `out`; return its manifest. With
+    `options.verify`, parity failures raise `ParityError`, a missed int8 gate `GateError`,
+    and nothing is written."""
+    model, tokenizers, say = source.model, source.tokenizers, options.say
+    out, module = Path(out), kind(model)
+    refuse_existing(out, options.force)
+    if source.reference is not None:
+        raise SourceError(
+            f"{source.description}: parity against the source model is built for "
+            "encoder-decoder models only; import a decoder-only or encoder-only model later"
+        )
+    if not options.fuse:
+        say(f"note: {module.NAME} graphs have no fused attention; --no-fuse changes nothing")
+    held = held_out(source, options) if options.verify else None
     model.eval()
     start = time.perf_counter()
     vocabulary = fingerprints(tokenizers)
     with atomic_directory(out) as tmp:
         say(f"export {module.NAME} graph")
-        graph = module.export_graph(model, tmp / C.MODEL_FILE, opset, graph_metadata(vocabulary))
+        metadata = graph_metadata(vocabulary)
+        graph = module.export_graph(model, tmp / C.MODEL_FILE, options.opset, metadata)
         say(f"  {C.MODEL_FILE}: {graph.bytes / 1e6:.2f} MB in {graph.seconds:.1f} s")
         parity: dict[str, Any] = {"skipped": True}
-        if verify:
-            say(f"parity levels 1-3 on {len(held.sources)} inputs ({held.description})")
-            parity = run_one_graph_parity(
-                model,
-                open_run(tmp / C.MODEL_FILE),
-                module.graph_inputs(model, held),
-                source_description=held.description,
-                texts=held.texts,
-            )
-            check_parity(parity)
-        held = held if verify else None
-        table = build_one_graph_variants(tmp, model, tokenizers, held, options, say)
+        if held is not None:
+            parity = one_graph_parity(tmp / C.MODEL_FILE, model, held, say)
+        table = build_one_graph_variants(tmp, model, tokenizers, held, options.variants, say)
         say("write config, tokenizers, manifest")
         module.write_extra_files(model.cfg, tmp)
         files = tokenizers.save(tmp, model.cfg.max_len)
         graphs = {"model": graph}
-        write_json(tmp / C.CONFIG_FILE, bundle_config(model.cfg, files, graphs, task, module.NAME))
+        config = bundle_config(model.cfg, files, graphs, source.task, module.NAME)
+        write_json(tmp / C.CONFIG_FILE, config)
         min_ort = min_onnxruntime(graph.opset, graph.ir_version)
         fields = {"kind": module.NAME, "architecture": model.cfg.architecture}
         fields[MANIFEST_KEY] = vocabulary
@@ -262,20 +223,12 @@ def export_one_graph(
     return manifest
 
 
-def verify_one_graph(
-    bundle: Path,
-    manifest: dict[str, Any],
-    model: OneGraphModel,
-    tokenizers: TokenizerPair,
-    held: HeldOut,
-    progress: Progress | None = None,
+def one_graph_parity(
+    graph: Path, model: OneGraphModel, held: HeldOut, say: Progress
 ) -> dict[str, Any]:
-    """Parity levels 1-3 of a GPT or BERT bundle's fp32 graph against `model` (the bundle
-    already passed `load_bundle`'s checks and matches the model's config: export/pipeline.py
-    `verify_bundle`); ParityError when a level fails."""
-    say = progress or (lambda _: None)
+    """Parity levels 1-3 of the graph file `graph` against `model` on `held`; ParityError
+    when a level fails."""
     say(f"parity levels 1-3 on {len(held.sources)} inputs ({held.description})")
-    graph = bundle / manifest["variants"]["fp32"]["model"]
     report = run_one_graph_parity(
         model,
         open_run(graph),
@@ -285,3 +238,11 @@ def verify_one_graph(
     )
     check_parity(report)
     return report
+
+
+def verify_one_graph(bundle: Bundle, source: SourceModel, options: ExportOptions) -> dict[str, Any]:
+    """Parity levels 1-3 of a GPT or BERT bundle's fp32 graph against `source`'s model (the
+    bundle passed `load_bundle`'s checks and matches the model's config: export/pipeline.py
+    `verify_bundle`); ParityError when a level fails."""
+    graph = bundle.model_graph("fp32")
+    return one_graph_parity(graph, source.model, held_out(source, options), options.say)

@@ -1,7 +1,7 @@
 """Parity of the in-place cache decoder (export/in_place_graph.py) with `decoder.onnx`.
 
     group = in_place_parity_group(directory, config, ["fp32", "int8"], sources)
-    check_in_place_parity({"inplace": group})      # ParityError when fp32 differs
+    check_group({"inplace": group}, "inplace", in_place_failure)   # export/parity.py
 
 The held-out sources run as one batch through beam search (beam IN_PLACE_PARITY_BEAM, every
 hypothesis returned) twice: on the precision's two-graph loop with `decoder.onnx`, and with
@@ -13,22 +13,19 @@ TOLERANCE_FP32; int8 is reported, not gated.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.kinds.in_place import InPlaceStep
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search
 
-from .parity_graphs import TOLERANCE_FP32
-from .steps_parity import steps_session
-from .variants import GRAPH_FILES
-from .verify import open_engine
+from ...parity import TOLERANCE_FP32, parity_group
+from .parity import cpu_session, open_engine
+from .precisions import GRAPH_FILES
 
 IN_PLACE_PARITY_ROWS = 16  # sources in the batch
 IN_PLACE_PARITY_BEAM = 4
@@ -46,7 +43,7 @@ def compare_precision(
     """The numbers of one precision: beam search with its in-place decoder vs decoder.onnx."""
     engine = open_engine(*(directory / g for g in GRAPH_FILES[precision]), config)
     in_place = InPlaceStep(
-        engine.encoder, steps_session(directory / C.IN_PLACE_FILES[precision]), config
+        engine.encoder, cpu_session(directory / C.IN_PLACE_FILES[precision]), config
     )
     src_ids = right_pad(sources, config.pad_id)
     beam = IN_PLACE_PARITY_BEAM
@@ -75,32 +72,25 @@ def in_place_parity_group(
     """The report's "inplace" group for `precisions` (fp32 first) on the first
     IN_PLACE_PARITY_ROWS `sources`; fp32 passes with identical hypotheses and scores within
     TOLERANCE_FP32."""
-    say = progress or (lambda _: None)
-    started = time.perf_counter()
     sources = list(sources)[:IN_PLACE_PARITY_ROWS]
-    group: dict[str, Any] = {"tolerance": TOLERANCE_FP32}
-    for precision in precisions:
-        say(f"parity inplace ({precision}): beam {IN_PLACE_PARITY_BEAM} on {len(sources)} rows")
-        group[precision] = compare_precision(directory, config, precision, sources, max_new_tokens)
-    fp32 = group["fp32"]
-    fp32["passed"] = (
-        fp32["identical_rows"] == len(sources) and fp32["max_score_diff"] <= TOLERANCE_FP32
+    return parity_group(
+        precisions,
+        lambda p: compare_precision(directory, config, p, sources, max_new_tokens),
+        lambda fp32: (
+            fp32["identical_rows"] == len(sources) and fp32["max_score_diff"] <= TOLERANCE_FP32
+        ),
+        lambda p: f"parity inplace ({p}): beam {IN_PLACE_PARITY_BEAM} on {len(sources)} rows",
+        progress,
+        tolerance=TOLERANCE_FP32,
     )
-    group["passed"] = fp32["passed"]
-    group["seconds"] = round(time.perf_counter() - started, 2)
-    return group
 
 
-def check_in_place_parity(report: dict[str, Any]) -> None:
-    """ParityError (carrying `report`) when the report's "inplace" group failed for fp32."""
-    group = report.get("inplace")
-    if group is None or group["passed"]:
-        return
+def in_place_failure(group: dict[str, Any]) -> str:
+    """The ParityError message of a failed "inplace" group."""
     fp32 = group["fp32"]
-    raise ParityError(
+    return (
         f"the in-place cache decoder's beam search differs from decoder.onnx's: identical "
         f"hypotheses on {fp32['identical_rows']}/{fp32['rows']} inputs, max |Δscore| "
         f"{fp32['max_score_diff']:.2e} (tolerance {group['tolerance']:g}); re-export without "
-        "the inplace variant",
-        report=report,
+        "the inplace variant"
     )

@@ -1,16 +1,15 @@
 """Write the one-graph search variant and its parity evidence (the report's fourth group).
 
-    entry, group = build_search_variant(directory, config, tokenizers, table, held, max_new)
-    manifest["search"] = entry          # files, inputs, outputs (docs/bundle.md)
-    parity["search"] = group            # None with --no-verify
+    manifest["search"] = write_search_graphs(directory, config, table)   # docs/bundle.md
+    group = search_parity_group(directory, config, tokenizers, ["fp32", "int8"], held, 64)
 
 For each graph variant the bundle has (fp32 always, int8 and ort when exported) it writes
-`search.onnx` / `search.int8.onnx` (export/search_graph.py) / `search.ort` (the ORT-format
+`search.onnx` / `search.int8.onnx` (search_graph.py) / `search.ort` (the ORT-format
 conversion of search.onnx). On the level-3 inputs it then
 runs the graph and the Python loop (`beam_search` over the same precision's two graphs) at
 beam 1 (greedy) and beam `LEVEL3_BEAM_SIZE`, one input at a time and in right-padded
 batches of `LEVEL3_BATCH` (mixed lengths), and counts identical best hypotheses. fp32 must
-match on every input (`check_search_parity`); int8 and ort report theirs against their own
+match on every input (`search_failure` otherwise); int8 and ort report theirs against their own
 loops, int8 also its agreement with fp32 and the task metric of its greedy outputs.
 """
 
@@ -18,7 +17,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,18 +25,19 @@ import onnxruntime as ort
 
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.graph_search import GraphSearch
 from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import GenerationOptions, Hypothesis, beam_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-from .convert import convert_ort
-from .heldout import HeldOut
+from ...convert import convert_ort
+from ...gate import LOWER_IS_BETTER
+from ...heldout import HeldOut
+from ...parity import MAX_REPORTED_MISMATCHES, parity_group
+from .parity import LEVEL3_BATCH, LEVEL3_BEAM_SIZE, cpu_session, open_engine
+from .precisions import GRAPH_FILES, Reference
 from .search_graph import SEARCH_INPUTS, SEARCH_OUTPUTS, write_search_graph
-from .variants import GRAPH_FILES, LOWER_IS_BETTER, Reference
-from .verify import LEVEL3_BATCH, LEVEL3_BEAM_SIZE, MAX_REPORTED_MISMATCHES, open_engine
 
 SEARCH_OPERATORS_FILE = "search.required_operators.config"  # for a reduced onnxruntime build
 SEARCH_BEAMS = (1, LEVEL3_BEAM_SIZE)
@@ -49,11 +48,7 @@ Progress = Callable[[str], None]
 
 def open_graph(path: Path, config: ModelConfig) -> GraphSearch:
     """A one-thread CPU session of the search graph at `path`."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    return GraphSearch(session, config)
+    return GraphSearch(cpu_session(path), config)
 
 
 def best_tokens(
@@ -138,26 +133,21 @@ def _write_ort(directory: Path) -> dict[str, Any]:
     }
 
 
-def build_search_variant(
+def write_search_graphs(
     directory: Path,
     config: ModelConfig,
-    tokenizers: TokenizerPair,
     table: dict[str, dict[str, Any]],
-    held: HeldOut | None,
-    max_new_tokens: int | None,
     progress: Progress | None = None,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+) -> dict[str, Any]:
     """Write the search graph of every graph variant in `table` that has one (fp32, int8,
-    ort) into `directory`; return its manifest entry and, with `held` (None: --no-verify),
-    the parity group."""
+    ort) into `directory`; return its manifest entry."""
     say = progress or (lambda _: None)
     entry: dict[str, Any] = {
         "operator": "com.microsoft.BeamSearch (model_type 1: encoder-decoder)",
         "inputs": [{"name": name, **spec} for name, spec in SEARCH_INPUTS.items()],
         "outputs": [{"name": name, **spec} for name, spec in SEARCH_OUTPUTS.items()],
     }
-    precisions = [p for p in C.SEARCH_FILES if p in table]
-    for precision in precisions:
+    for precision in [p for p in C.SEARCH_FILES if p in table]:
         if precision == "ort":
             entry["ort"] = _write_ort(directory)
             say(f"  search.ort: {entry['ort']['bytes'] / 1e6:.2f} MB")
@@ -176,10 +166,7 @@ def build_search_variant(
             "shared_initializers": info.shared_initializers,
             "shared_bytes": info.shared_bytes,
         }
-    if held is None:
-        return entry, None
-    limit = max_new_tokens if max_new_tokens is not None else config.max_len
-    return entry, search_parity_group(directory, config, tokenizers, precisions, held, limit, say)
+    return entry
 
 
 def search_parity_group(
@@ -189,46 +176,48 @@ def search_parity_group(
     precisions: Sequence[str],
     held: HeldOut,
     limit: int,
-    say: Progress,
+    progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The parity group of the search graphs of `precisions` (fp32 first) in `directory`
     against their loops on `held` (see the module docstring)."""
-    start = time.perf_counter()
     sources = held.sources
-    group: dict[str, Any] = {"source": held.description, "max_new_tokens": limit}
     graph_best: dict[str, dict[int, list[tuple[int, ...]]]] = {}
-    for precision in precisions:
-        say(f"parity search ({precision}): graph vs loop, beams {SEARCH_BEAMS}, batches "
-            f"{SEARCH_BATCHES}, {len(sources)} inputs")  # fmt: skip
+
+    def compare_precision(precision: str) -> dict[str, Any]:
         loop = open_engine(*(directory / g for g in GRAPH_FILES[precision]), config)
         graph = open_graph(directory / C.SEARCH_FILES[precision], config)
         rows, graph_best[precision] = compare(loop, graph, sources, limit)
-        group[precision] = {"rows": rows}
-    group["fp32"]["passed"] = all(r["identical"] == r["inputs"] for r in group["fp32"]["rows"])
+        return {"rows": rows}
+
+    group = parity_group(
+        precisions,
+        compare_precision,
+        lambda fp32: all(r["identical"] == r["inputs"] for r in fp32["rows"]),
+        lambda p: (
+            f"parity search ({p}): graph vs loop, beams {SEARCH_BEAMS}, batches "
+            f"{SEARCH_BATCHES}, {len(sources)} inputs"
+        ),
+        progress,
+        source=held.description,
+        max_new_tokens=limit,
+    )
     if "int8" in group:
         metric = "wer" if held.task_name in ("g2p", "data") else "exact_match"
         ref = Reference(held, tokenizers, limit, metric) if held.references is not None else None
-        fp32_greedy = graph_best["fp32"][1]
-        group["int8"] |= _metric(ref, graph_best["int8"][1], fp32_greedy)
-    group["passed"] = group["fp32"]["passed"]
-    group["seconds"] = round(time.perf_counter() - start, 2)
+        group["int8"] |= _metric(ref, graph_best["int8"][1], graph_best["fp32"][1])
     return group
 
 
-def check_search_parity(report: dict[str, Any]) -> None:
-    """ParityError (carrying `report`) when the fp32 search graph's best hypotheses in the
-    report's "search" group differ from the loop's."""
-    group = report.get("search")
-    if group is None or group["passed"]:
-        return
+def search_failure(group: dict[str, Any]) -> str:
+    """The ParityError message of a failed "search" group: which cells differ and the first
+    differing input."""
     bad = [r for r in group["fp32"]["rows"] if r["identical"] != r["inputs"]]
     text = "; ".join(
         f"beam {r['beam_size']} batch {r['batch']}: {r['identical']}/{r['inputs']} identical"
         for r in bad
     )
     first = bad[0]["mismatches"][0]
-    raise ParityError(
+    return (
         f"the one-graph search variant differs from the Python loop: {text}; input "
-        f"#{first['index']}: loop {first['loop_ids']}, graph {first['graph_ids']}",
-        report=report,
+        f"#{first['index']}: loop {first['loop_ids']}, graph {first['graph_ids']}"
     )

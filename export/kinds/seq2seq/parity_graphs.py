@@ -21,18 +21,12 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.kinds.seq2seq import OrtStep
 
-TOLERANCE_FP32 = 1e-4  # max |Δ| of any fp32 output vs PyTorch
+from ...parity import TOLERANCE_FP32, max_abs_diff
+
 LEVEL1_BATCHES = (1, 3)
 LEVEL1_SRC_LENS = (1, 7, 23)
 LEVEL1_PAST_LENS = (0, 1, 9)
 LEVEL1_NEW_LENS = (1, 4)
-
-
-def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
-    """max |a - b|; inf when the shapes differ."""
-    if a.shape != b.shape:
-        return float("inf")
-    return float(np.max(np.abs(a.astype(np.float64) - b.astype(np.float64)), initial=0.0))
 
 
 def _random_mask(rng: np.random.Generator, batch: int, length: int) -> np.ndarray:
@@ -43,7 +37,7 @@ def _random_mask(rng: np.random.Generator, batch: int, length: int) -> np.ndarra
 
 
 # -- level 1 ---------------------------------------------------------------------------------
-def _decoder_feeds(
+def decoder_feeds(
     model: Seq2SeqTransformer,
     rng: np.random.Generator,
     batch: int,
@@ -128,7 +122,7 @@ def level1_graphs(model: Seq2SeqTransformer, engine: OrtStep, seed: int = 0) -> 
     for batch, src_len, past_len, new_len in grid:
         if src_len > cfg.max_len or past_len + new_len > cfg.max_len:
             continue
-        feeds = _decoder_feeds(model, rng, batch, src_len, past_len, new_len)
+        feeds = decoder_feeds(model, rng, batch, src_len, past_len, new_len)
         with torch.no_grad():
             logits, present_k, present_v = model.decode_step(*_decoder_args(feeds, layers))
         got = engine.decoder.run(list(decoder_outputs), feeds)

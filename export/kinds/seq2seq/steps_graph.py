@@ -1,9 +1,8 @@
 """The step-batching variant: a decoder-step graph whose rows can be at different positions.
 
     info = export_steps_decoder(model, "b/decoder.steps.onnx", fuse=True)
-    entry, group = build_steps_variant(directory, model, table, fuse=True, verify=True)
-    manifest["steps"] = entry           # files per precision, extra inputs (docs/bundle.md)
-    parity["steps"] = group             # export/steps_parity.py; None with --no-verify
+    manifest["steps"] = write_steps_graphs(directory, model, table)   # docs/bundle.md
+    # its parity group: steps_parity.py, run by the registry (graph_variants.py)
 
 `decoder.onnx` derives every row's position from the cache length, so all rows of a batch
 must be at the same step. This graph (`decoder.steps.onnx`, and `decoder.steps.int8.onnx`
@@ -30,11 +29,10 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
-from .fused_ops import masked_self_attention
-from .onnx_export import GraphInfo, _dims, _run, decoder_example, example_sizes
-from .quantize import PER_CHANNEL, REDUCE_RANGE, quantize_graph
-from .steps_parity import steps_parity_group
-from .variants import GRAPH_FILES
+from ...fused_ops import masked_self_attention
+from ...onnx_export import GraphInfo, export_module
+from .graphs import decoder_example, example_sizes, graph_dims
+from .precisions import add_precisions
 from .wrappers import FusedDecoderStep
 
 Progress = Callable[[str], None]
@@ -124,7 +122,7 @@ def export_steps_decoder(
 ) -> GraphInfo:
     """Write the step-batching decoder graph to `path`: `FusedStepsDecoder` or, with
     `fuse=False`, `OnnxStepsDecoder`; `metadata` as for `export_decoder`."""
-    cfg, dims = model.cfg, _dims(model.cfg)
+    cfg, dims = model.cfg, graph_dims(model.cfg)
     batch, src_len, past_len = dims[C.BATCH], dims[C.SRC_LEN], dims[C.PAST_LEN]
     layers = cfg.n_decoder_layers
     cache = ({0: batch, 2: past_len},) * layers
@@ -142,7 +140,7 @@ def export_steps_decoder(
     names = (C.steps_decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedStepsDecoder(model) if fuse else OnnxStepsDecoder(model)
     args = steps_example(cfg)
-    info = _run(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
+    info = export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
     _name_total_axis(Path(path), info)
     return info
 
@@ -163,65 +161,23 @@ def _name_total_axis(path: Path, info: GraphInfo) -> None:
     info.bytes = path.stat().st_size
 
 
-def quantize_like_int8(source: Path, target: Path, int8_entry: dict[str, Any]) -> None:
-    """Quantize `source` to `target` with the settings (and fp32-kept layer groups) the int8
-    variant's decoder was quantized with."""
-    how = int8_entry.get("quantization") or {}
-    quantize_graph(
-        source,
-        target,
-        how.get("excluded_groups") or [],
-        quantize_all=bool(how.get("quantize_all", False)),
-        per_channel=bool(how.get("per_channel", PER_CHANNEL)),
-        reduce_range=bool(how.get("reduce_range", REDUCE_RANGE)),
-    )
-
-
-def add_precisions(
-    entry: dict[str, Any],
-    directory: Path,
-    files: dict[str, str],
-    table: dict[str, dict[str, Any]],
-    say: Progress,
-) -> list[str]:
-    """For an extra decoder whose fp32 graph `files["fp32"]` is written: quantize its int8
-    graph when `table` has int8 (`quantize_like_int8`), add each precision's file entry to
-    `entry`; return the precisions."""
-    precisions = [p for p in files if p in table]
-    for precision in precisions:
-        path = directory / files[precision]
-        if precision == "int8":
-            quantize_like_int8(directory / files["fp32"], path, table["int8"])
-            megabytes = path.stat().st_size / 1e6
-            say(f"  {path.name}: {megabytes:.2f} MB (quantized as the int8 decoder)")
-        entry[precision] = {
-            "file": path.name,
-            "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
-            "bytes": path.stat().st_size,
-        }
-    return precisions
-
-
-def build_steps_variant(
+def write_steps_graphs(
     directory: Path,
     model: Seq2SeqTransformer,
     table: dict[str, dict[str, Any]],
     *,
-    sources: list[list[int]] | None,
     opset: int | None = None,
     fuse: bool = True,
     metadata: dict[str, str] | None = None,
     progress: Progress | None = None,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+) -> dict[str, Any]:
     """Write the steps graph of fp32 (and int8 when `table` has it) into `directory`; return
-    its manifest entry and, with `sources` (None: --no-verify), the parity group."""
+    its manifest entry."""
     say = progress or (lambda _: None)
     fp32 = directory / C.STEPS_FILES["fp32"]
     info = export_steps_decoder(model, fp32, opset, fuse, metadata)
     say(f"  {fp32.name}: {info.bytes / 1e6:.2f} MB in {info.seconds:.1f} s")
     extra = [spec for spec in info.inputs if spec["name"] in (C.POSITION_IDS, C.TGT_MASK)]
     entry: dict[str, Any] = {"fused": fuse, "inputs": extra}
-    precisions = add_precisions(entry, directory, C.STEPS_FILES, table, say)
-    if sources is None:
-        return entry, None
-    return entry, steps_parity_group(directory, model.cfg, precisions, sources, say)
+    add_precisions(entry, directory, C.STEPS_FILES, table, say)
+    return entry

@@ -43,7 +43,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.vocabulary import METADATA_KEYS
 
-from .onnx_export import ExportError, edgeseq_version
+from ...onnx_export import ExportError, edgeseq_version
 
 MS_DOMAIN = "com.microsoft"
 SHARED_MIN_BYTES = 1024  # smaller duplicates (shape constants) stay where they are

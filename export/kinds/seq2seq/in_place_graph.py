@@ -2,9 +2,8 @@
 that the graph writes into, for the two-graph loop on the CPU.
 
     info = export_in_place_decoder(model, "b/decoder.inplace.onnx")
-    entry, group = build_in_place_variant(directory, model, table, sources=..., fuse=True)
-    manifest["inplace"] = entry          # files per precision (docs/bundle.md)
-    parity["inplace"] = group            # export/in_place_parity.py; None with --no-verify
+    manifest["inplace"] = write_in_place_graphs(directory, model, table)   # docs/bundle.md
+    # its parity group: in_place_parity.py, run by the registry (graph_variants.py)
 
 `decoder.onnx` returns a new `present_k.i` (the past plus the new key) every step, and beam
 search gathers every hypothesis' cache between steps. This graph (`decoder.inplace.onnx`,
@@ -31,10 +30,10 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
-from .fused_ops import in_place_self_attention
-from .in_place_parity import in_place_parity_group
-from .onnx_export import GraphInfo, _dims, _run, decoder_example, example_sizes
-from .steps_graph import add_precisions
+from ...fused_ops import in_place_self_attention
+from ...onnx_export import GraphInfo, export_module
+from .graphs import decoder_example, example_sizes, graph_dims
+from .precisions import add_precisions
 from .wrappers import FusedDecoderStep
 
 EXAMPLE_BEAM = 2  # rows per input in the traced example (every dynamic size >= 2)
@@ -118,7 +117,7 @@ def export_in_place_decoder(
 ) -> GraphInfo:
     """Write the in-place cache decoder graph (`FusedInPlaceDecoder`) to `path`; `metadata`
     as for `export_decoder`. Fused only: the node is onnxruntime's."""
-    cfg, dims = model.cfg, _dims(model.cfg)
+    cfg, dims = model.cfg, graph_dims(model.cfg)
     batch, src_len = dims[C.BATCH], dims[C.SRC_LEN]
     cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_len)
     layers = cfg.n_decoder_layers
@@ -139,30 +138,25 @@ def export_in_place_decoder(
     names = (C.in_place_decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedInPlaceDecoder(model)
     args = in_place_example(cfg)
-    return _run(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
+    return export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
 
 
-def build_in_place_variant(
+def write_in_place_graphs(
     directory: Path,
     model: Seq2SeqTransformer,
     table: dict[str, dict[str, Any]],
     *,
-    sources: list[list[int]] | None,
     opset: int | None = None,
     metadata: dict[str, str] | None = None,
-    max_new_tokens: int | None = None,
     progress: Progress | None = None,
-) -> tuple[dict[str, Any], dict[str, Any] | None]:
+) -> dict[str, Any]:
     """Write the in-place decoder of fp32 (and int8 when `table` has it) into `directory`;
-    return its manifest entry and, with `sources` (None: --no-verify), the parity group."""
+    return its manifest entry."""
     say = progress or (lambda _: None)
     fp32 = directory / C.IN_PLACE_FILES["fp32"]
     info = export_in_place_decoder(model, fp32, opset, metadata)
     say(f"  {fp32.name}: {info.bytes / 1e6:.2f} MB in {info.seconds:.1f} s")
     names = (C.CACHE_MASK, C.PAST_LENGTH, C.BEAM_WIDTH, C.CACHE_INDIRECTION)
     entry: dict[str, Any] = {"inputs": [spec for spec in info.inputs if spec["name"] in names]}
-    precisions = add_precisions(entry, directory, C.IN_PLACE_FILES, table, say)
-    if sources is None:
-        return entry, None
-    group = in_place_parity_group(directory, model.cfg, precisions, sources, max_new_tokens, say)
-    return entry, group
+    add_precisions(entry, directory, C.IN_PLACE_FILES, table, say)
+    return entry

@@ -21,7 +21,7 @@ from torch import Tensor, nn
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 
-from .fused_ops import cached_self_attention, padded_attention
+from ...fused_ops import cached_self_attention, padded_attention
 
 # (layer index, q, k, v) -> (attention output, present_k, present_v) of that layer
 SelfAttention = Callable[[int, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]

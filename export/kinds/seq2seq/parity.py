@@ -18,9 +18,8 @@ Three levels, each reported with its numbers (level 1 is export/parity_graphs.py
 
 from __future__ import annotations
 
-import contextlib
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,36 +29,38 @@ import torch
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.torch_step import TorchStep
-from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel
 
-from .parity_graphs import TOLERANCE_FP32, level1_graphs, max_abs_diff
+from ...parity import (
+    MAX_REPORTED_MISMATCHES,
+    TOLERANCE_FP32,
+    max_abs_diff,
+    parity_report,
+    single_thread,
+    top2,
+)
+from .parity_graphs import level1_graphs
 
 LEVEL2_ROWS = 8  # held-out inputs decoded together at level 2
 LEVEL2_MAX_STEPS = 32
 LEVEL3_BATCH = 32
 LEVEL3_BEAM_SIZE = 4  # beam search is also compared, on the first LEVEL3_BEAM_INPUTS inputs
 LEVEL3_BEAM_INPUTS = 50
-MAX_REPORTED_MISMATCHES = 5
 
 Progress = Callable[[str], None]
 
 
-@contextlib.contextmanager
-def single_thread() -> Iterator[None]:
-    """Run torch on one thread: parity does not measure speed, and tiny per-step kernels
-    gain nothing from a thread pool."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+def cpu_session(path: Path) -> ort.InferenceSession:
+    """A one-thread CPU session of the graph at `path`, errors only in the log (as
+    `open_engine`'s): the extra graphs' parity groups run theirs on it."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def open_engine(encoder: str | Path, decoder: str | Path, config: ModelConfig) -> OrtStep:
@@ -68,17 +69,6 @@ def open_engine(encoder: str | Path, decoder: str | Path, config: ModelConfig) -
     options.intra_op_num_threads = 1
     options.log_severity_level = 3  # errors only
     return OrtStep.from_files(encoder, decoder, config, ["CPUExecutionProvider"], options)
-
-
-def random_sources(model: Seq2SeqTransformer, n: int, seed: int = 0) -> list[list[int]]:
-    """`n` random source id lists (non-special ids, then `</s>`), lengths 1..min(24, max_len)."""
-    cfg, rng = model.cfg, np.random.default_rng(seed)
-    longest = min(24, cfg.max_len)
-    lengths = rng.integers(1, longest + 1, size=n)
-    first = len(C.SPECIAL_TOKENS)
-    return [
-        [*rng.integers(first, cfg.src_vocab_size, size=k - 1).tolist(), cfg.eos_id] for k in lengths
-    ]
 
 
 # -- level 2 ---------------------------------------------------------------------------------
@@ -143,13 +133,6 @@ def level2_steps(
         "uncached_bound": uncached_bound,
         "worst_step": int(np.argmax(cached_diffs)),
     }
-
-
-# -- level 3 ---------------------------------------------------------------------------------
-def top2(logits: np.ndarray) -> list[list[float]]:
-    """[[id, logit], [id, logit]] of the two largest entries of a (V,) vector."""
-    order = np.argsort(-logits)[:2]
-    return [[int(i), float(logits[i])] for i in order]
 
 
 def first_divergence(
@@ -257,56 +240,3 @@ def run_parity(
         say(f"parity level 3: greedy sequences on {len(sources)} inputs ({source_description})")
         level3 = level3_sequences(model, engine, sources, limit, texts)
     return parity_report(level1, level2, level3, source_description, start)
-
-
-def parity_report(
-    level1: dict[str, Any],
-    level2: dict[str, Any],
-    level3: dict[str, Any],
-    source_description: str,
-    started: float,
-) -> dict[str, Any]:
-    """The fp32 parity report of three levels (every kind's), timed from `started`."""
-    level3["source"] = source_description
-    return {
-        "variant": "fp32",
-        "tolerance": TOLERANCE_FP32,
-        "passed": level1["passed"] and level2["passed"] and level3["passed"],
-        "level1": level1,
-        "level2": level2,
-        "level3": level3,
-        "seconds": round(time.perf_counter() - started, 2),
-    }
-
-
-def check_parity(report: dict[str, Any]) -> None:
-    """Raise `ParityError` (carrying `report`) naming every failed level."""
-    if report.get("passed"):
-        return
-    problems, tol = [], report["tolerance"]
-    level1, level2, level3 = report["level1"], report["level2"], report["level3"]
-    if not level1["passed"]:
-        bad = {k: f"{v:.2e}" for k, v in level1["max_abs_diff"].items() if v > tol}
-        problems.append(f"level 1 max |Δ| above {tol:.0e}: {bad}")
-    if not level2["passed"]:
-        problems.append(
-            f"level 2 step logits max |Δ| {level2['max_abs_diff_cached']:.2e} (cached), "
-            f"{level2['max_abs_diff_uncached']:.2e} (uncached), bounds {tol:.0e} (cached) and "
-            f"{level2.get('uncached_bound', tol):.2e} (uncached: tolerance + PyTorch's own "
-            "cached-vs-uncached difference)"
-        )
-    if not level3["passed"]:
-        text = f"level 3 {level3['identical']}/{level3['inputs']} greedy sequences identical"
-        if level3["mismatches"]:
-            m = level3["mismatches"][0]
-            text += (
-                f"; input #{m['index']} first differs at step {m['step']}: torch top-2 "
-                f"{m['torch_top2']}, onnx top-2 {m['onnx_top2']}"
-            )
-        beam = level3.get("beam", {})
-        if beam and not beam["passed"]:
-            text += f"; beam {beam['beam_size']}: {beam['identical']}/{beam['inputs']} identical"
-        problems.append(text)
-    raise ParityError(
-        "the exported graphs do not match PyTorch: " + "; ".join(problems), report=report
-    )

@@ -2,7 +2,7 @@
 logits each row gives alone through `decoder.onnx`.
 
     group = steps_parity_group(directory, config, ["fp32", "int8"], sources, print)
-    check_steps_parity({"steps": group})      # ParityError when fp32 differs
+    check_group({"steps": group}, "steps", steps_failure)   # export/parity.py
 
 Each source is first decoded alone (batch 1, greedy) with the precision's `decoder.onnx`,
 keeping the logits of every step. Then all sources run as one batch through the steps graph,
@@ -16,7 +16,6 @@ within TOLERANCE_FP32; int8 quantizes activations per tensor over the batch, so 
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,26 +25,17 @@ import onnxruntime as ort
 
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.padding import right_pad
 
-from .parity_graphs import TOLERANCE_FP32
-from .variants import GRAPH_FILES
-from .verify import open_engine
+from ...parity import TOLERANCE_FP32, parity_group
+from .parity import cpu_session, open_engine
+from .precisions import GRAPH_FILES
 
 STEPS_PARITY_ROWS = 8  # sources in the staggered batch
 STEPS_PARITY_STEPS = 12  # solo steps per source at most
 
 Progress = Callable[[str], None]
-
-
-def steps_session(path: Path) -> ort.InferenceSession:
-    """A one-thread CPU session of the steps graph at `path` (as `open_engine`'s)."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def solo_logits(engine: OrtStep, source: Sequence[int], steps: int) -> tuple[list[int], np.ndarray]:
@@ -105,7 +95,7 @@ def compare_precision(
     """The numbers of one precision: its steps graph in a staggered batch against its
     decoder.onnx row by row (see the module docstring)."""
     engine = open_engine(*(directory / g for g in GRAPH_FILES[precision]), config)
-    session = steps_session(directory / C.STEPS_FILES[precision])
+    session = cpu_session(directory / C.STEPS_FILES[precision])
     solo = [solo_logits(engine, s, STEPS_PARITY_STEPS) for s in sources]
     fed = [f for f, _ in solo]
     join = [(3 * r) // 2 for r in range(len(sources))]  # 0, 1, 3, 4, 6, ...: pairs and gaps
@@ -131,33 +121,28 @@ def steps_parity_group(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The report's "steps" group for `precisions` (fp32 first) on the first
-    STEPS_PARITY_ROWS `sources`; fp32 passes within TOLERANCE_FP32."""
-    say = progress or (lambda _: None)
-    started = time.perf_counter()
+    STEPS_PARITY_ROWS `sources`; fp32 passes within TOLERANCE_FP32 with the same arg-max."""
     sources = list(sources)[:STEPS_PARITY_ROWS]
-    group: dict[str, Any] = {"tolerance": TOLERANCE_FP32}
-    for precision in precisions:
-        say(f"parity steps ({precision}): {len(sources)} rows at different positions vs alone")
-        group[precision] = compare_precision(directory, config, precision, sources)
-    fp32 = group["fp32"]
-    fp32["passed"] = fp32["max_abs_diff"] <= TOLERANCE_FP32 and fp32[
-        "argmax_identical_rows"
-    ] == len(sources)
-    group["passed"] = fp32["passed"]
-    group["seconds"] = round(time.perf_counter() - started, 2)
-    return group
+    return parity_group(
+        precisions,
+        lambda precision: compare_precision(directory, config, precision, sources),
+        lambda fp32: (
+            fp32["max_abs_diff"] <= TOLERANCE_FP32 and fp32["argmax_identical_rows"] == len(sources)
+        ),
+        lambda precision: (
+            f"parity steps ({precision}): {len(sources)} rows at different positions vs alone"
+        ),
+        progress,
+        tolerance=TOLERANCE_FP32,
+    )
 
 
-def check_steps_parity(report: dict[str, Any]) -> None:
-    """ParityError (carrying `report`) when the report's "steps" group failed for fp32."""
-    group = report.get("steps")
-    if group is None or group["passed"]:
-        return
+def steps_failure(group: dict[str, Any]) -> str:
+    """The ParityError message of a failed "steps" group."""
     fp32 = group["fp32"]
-    raise ParityError(
+    return (
         f"the step-batching decoder differs from decoder.onnx: max |Δlogit| "
         f"{fp32['max_abs_diff']:.2e} (tolerance {group['tolerance']:g}), arg-max identical "
         f"on {fp32['argmax_identical_rows']}/{fp32['rows']} rows; re-export with --no-fuse, "
-        "or without the steps variant",
-        report=report,
+        "or without the steps variant"
     )

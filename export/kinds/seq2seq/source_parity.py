@@ -2,7 +2,7 @@
 module (the user's `torch.nn.Transformer` parts, `MarianMTModel`), in edgeseq ids.
 
     group = source_parity(reference, engine, held, cfg, max_new_tokens)   # manifest parity
-    check_source_parity(report)                                           # ParityError
+    check_group(report, "source", source_failure)            # export/parity.py: ParityError
 
 The adapter's weight map is thereby proven, not assumed. The source runs its own code
 (`SourceReference.logits`: a full, uncached forward) and, where it has one, its own search
@@ -29,15 +29,14 @@ import numpy as np
 import torch
 
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel
 
-from .heldout import HeldOut
-from .parity_graphs import TOLERANCE_FP32, max_abs_diff
-from .sources import SourceReference
-from .verify import LEVEL3_BEAM_INPUTS, LEVEL3_BEAM_SIZE, MAX_REPORTED_MISMATCHES, top2
+from ...heldout import HeldOut
+from ...parity import MAX_REPORTED_MISMATCHES, TOLERANCE_FP32, max_abs_diff, top2
+from ...sources import SourceReference
+from .parity import LEVEL3_BEAM_INPUTS, LEVEL3_BEAM_SIZE
 
 LOGIT_ROWS = 16  # held-out inputs compared at levels 1 and 2
 BATCH = 16
@@ -204,17 +203,13 @@ def source_parity(
     }
 
 
-def check_source_parity(report: dict[str, Any]) -> None:
-    """Raise ParityError (carrying `report`) when the source group failed."""
-    group = report.get("source")
-    if group is None or group["passed"]:
-        return
+def source_failure(group: dict[str, Any]) -> str:
+    """The ParityError message of a failed "source" group."""
     failed = [name for name in ("level1", "level2", "level3") if not group[name]["passed"]]
-    raise ParityError(
+    return (
         f"the bundle does not reproduce the source model ({', '.join(failed)} failed: "
         f"logits max |diff| {group['level1']['max_abs_diff']:.2e} / "
         f"{group['level2']['max_abs_diff']:.2e}, greedy identical "
         f"{group['level3']['greedy']['identical']}/{group['level3']['greedy']['inputs']}); "
-        "the model does not map onto edgeseq's blocks as the adapter assumed: report it",
-        report,
+        "the model does not map onto edgeseq's blocks as the adapter assumed: report it"
     )

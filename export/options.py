@@ -1,0 +1,54 @@
+"""How to export: the options `edgeseq export` and `edgeseq verify` pass to a kind.
+
+    options = ExportOptions(variants=VariantOptions(("fp32", "int8")), data="pairs.tsv")
+    kind_module(cfg.architecture).export(source, "bundles/rev", options)
+    held = held_out(source, options)      # the held-out inputs parity and gates run on
+
+Every kind takes the same options (export/kinds/); one that cannot honour an option (a
+variant it has no graph for, fused attention it does not have) refuses it with one line.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .heldout import HeldOut, heldout_from_file, heldout_sources
+from .limits import LEVEL3_MIN_INPUTS
+from .sources import SourceModel
+from .variants import VariantOptions
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """Options of an export (and of `verify`, which reads `inputs`, `data` and `progress`)."""
+
+    opset: int | None = None  # None: the exporter's default
+    force: bool = False  # replace an existing bundle
+    verify: bool = True  # parity levels and gates; False: neither (--no-verify)
+    inputs: int = LEVEL3_MIN_INPUTS  # held-out inputs parity and gates run on
+    variants: VariantOptions = field(default_factory=VariantOptions)
+    fuse: bool = True  # fused attention operators (encoder–decoder); False: standard ONNX
+    data: str | Path | None = None  # a file of held-out inputs instead of the task's split
+    max_new_tokens: int | None = None  # parity decodes' step budget (None: max_len)
+    progress: Progress | None = None  # called with each progress line
+
+    def say(self, line: str) -> None:
+        """Report one progress line (nothing without a `progress` callback)."""
+        if self.progress is not None:
+            self.progress(line)
+
+
+def held_out(source: SourceModel, options: ExportOptions) -> HeldOut:
+    """The held-out inputs of `source`: `options.data`'s, else its task's dev split, else
+    random ids (export/heldout.py); a warning about them is reported as a progress line."""
+    if options.data is not None:
+        held = heldout_from_file(options.data, source.tokenizers, source.model, options.inputs)
+    else:
+        held = heldout_sources(source.task, source.tokenizers, source.model, options.inputs)
+    if held.warning:
+        options.say(f"warning: {held.warning}")
+    return held
