@@ -314,7 +314,7 @@ class Seq2SeqTransformer(nn.Module):
         (B, N) int64 rows of the positional table (default: positions P..P+N-1, the slots)
         -> logits (B, N, V), present_k/v: L-tuples of (B, H, P+N, dh). Slot j is visible
         from new slot i when j <= i and tgt_keep[:, j]; with both options, rows of one batch
-        can be at different positions (continuous batching: export/steps_graph.py).
+        can be at different positions (continuous batching: export/kinds/seq2seq/steps_graph.py).
         """
         past_len, new_len = past_k[0].shape[2], input_ids.shape[1]
         embedded = self.tgt_embed(input_ids)

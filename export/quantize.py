@@ -12,8 +12,8 @@ and the positional table (an initializer read by Slice, which the quantizer neve
 Nodes are grouped by the module that produced them, read from the `namespace` metadata the
 dynamo exporter writes on every node ("... model.decoder_layers.1.self_attn.w_q ..." ->
 "decoder layer 1"; the fused wrappers name their fused projections "decoder_layers.1" too,
-export/wrappers.py); the cross-attention K/V projections of decoder layer N live in the
-encoder graph but belong to "decoder layer N", so excluding a group affects both graphs.
+export/kinds/seq2seq/wrappers.py); the cross-attention K/V projections of decoder layer N
+live in the encoder graph but belong to "decoder layer N", so excluding a group affects both graphs.
 Weights without a layer fall into "other".
 
 Dynamo-exported graphs carry `value_info` for weights; the quantizer rewrites a Gemm into a

@@ -248,7 +248,7 @@ def in_place_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, s
 
 def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
     """Rows (level, check, value, result) of a parity report's "source" group: the graphs
-    against the model an import adapter mapped (export/source_parity.py)."""
+    against the model an import adapter mapped (export/kinds/seq2seq/source_parity.py)."""
     if not group:
         return []
     ok = lambda passed: "ok" if passed else "FAIL"  # noqa: E731

@@ -13,8 +13,8 @@ import pytest
 from click.testing import CliRunner
 
 from edgeseq.cli.main import cli
-from edgeseq.export.kinds.seq2seq import bundle as bundle_module
 from edgeseq.export.bundle import OutputExistsError
+from edgeseq.export.kinds.seq2seq import bundle as bundle_module
 from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 from edgeseq.export.onnx_export import GraphInfo
 from edgeseq.runtime import constants as C

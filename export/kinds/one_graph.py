@@ -1,8 +1,8 @@
 """What the one-graph kinds (decoder-only GPT, encoder-only BERT) share in export: running a
 graph or the PyTorch model on the graph's feeds, parity in the report format of
-export/verify.py, the int8 variant behind its gate, and writing the bundle (`model.onnx`,
+export/parity.py, the int8 variant behind its gate, and writing the bundle (`model.onnx`,
 `model.int8.onnx`, config.json, tokenizers, manifest.json with parity) with the same atomic
-write, manifest structure and checksums as the encoder–decoder's (export/bundle.py).
+write, manifest structure and checksums as the encoder–decoder's (kinds/seq2seq/bundle.py).
 
     manifest = export_one_graph(source, "bundles/words", ExportOptions())
     report = run_one_graph_parity(model, session_run(session), prompts)

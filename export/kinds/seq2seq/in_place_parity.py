@@ -1,4 +1,4 @@
-"""Parity of the in-place cache decoder (export/in_place_graph.py) with `decoder.onnx`.
+"""Parity of the in-place cache decoder (in_place_graph.py) with `decoder.onnx`.
 
     group = in_place_parity_group(directory, config, ["fp32", "int8"], sources)
     check_group({"inplace": group}, "inplace", in_place_failure)   # export/parity.py

@@ -5,7 +5,7 @@
     print(format_parity(report))                     # export/report.py
     check_parity(report)                            # ParityError carrying the report
 
-Three levels, each reported with its numbers (level 1 is export/parity_graphs.py):
+Three levels, each reported with its numbers (level 1 is parity_graphs.py):
 1. per graph: every output vs PyTorch over batch x src_len x past_len x new_len grids, the
    decoder fed cross and past K/V that PyTorch computed from random ids;
 2. per step: decoder logits along a greedy decode, each row up to its `</s>`, vs PyTorch's
