@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import os
 import threading
 import time
 
@@ -18,7 +19,14 @@ from edgeseq.runtime import Generator
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import CacheFullError, InputTooLongError, OptionsError
 from edgeseq.runtime.kinds import in_place as in_place_module
-from edgeseq.runtime.kinds.buffer_pool import BufferPool, Lease, size_class
+from edgeseq.runtime.kinds.buffer_pool import (
+    MAPPED_BYTES,
+    BufferPool,
+    Lease,
+    address,
+    new_buffer,
+    size_class,
+)
 from edgeseq.runtime.kinds.in_place import InPlaceStep, default_pool_bytes, pool_settings
 from edgeseq.runtime.search import GenerationOptions, search, token_search
 
@@ -27,27 +35,22 @@ BEAM = GenerationOptions(beam_size=3, n_best=3)
 JOIN_S = 120  # a thread still alive after this long is deadlocked (a guard, not a timing)
 
 
-def _address(array: np.ndarray) -> int:
-    flat = array.base if array.base is not None else array
-    return flat.__array_interface__["data"][0]
-
-
 # -- the pool -----------------------------------------------------------------------------------
 def test_size_classes_are_powers_of_two_of_the_flat_size() -> None:
     assert [size_class(n) for n in (1, 2, 3, 4, 5, 1024, 1025)] == [0, 1, 2, 2, 3, 10, 11]
     pool = BufferPool()
-    assert pool.take((3, 100)).base.size == 512  # 300 floats: the 512-float class
+    assert pool.take_flat(300).size == 512
+    assert pool.take((3, 100)).shape == (3, 100)
 
 
 def test_take_reuses_a_buffer_of_the_same_class_only() -> None:
     pool = BufferPool(limit_bytes=2**20)
-    big = pool.take((2, 512))  # class 10
-    address = _address(big)
-    pool.give([big.base])
+    big = pool.take_flat(1024)  # class 10
+    pool.give([big])
     tiny = pool.take((3,))  # class 2: never the 4 KiB buffer
-    assert _address(tiny) != address and tiny.base.size == 4
+    assert address(tiny) != address(big) and pool.free_classes() == {10: 1}
     again = pool.take((600,))  # class 10 again: the same memory
-    assert _address(again) == address and again.shape == (600,)
+    assert address(again) == address(big) and again.shape == (600,)
     assert pool.free_bytes == 0
 
 
@@ -55,26 +58,46 @@ def test_eviction_drops_the_least_recently_used_classes_not_the_largest() -> Non
     """Over the cap, stale small buffers go before recent large ones, and a stale large one
     goes before a recent small one (the old pool kept the smallest)."""
     pool = BufferPool(limit_bytes=2 * 1024 * 4)  # two 1024-float buffers
-    small = pool.take((16,))
-    pool.give([small.base])  # class 4, used first
-    large = [pool.take((1024,)) for _ in range(2)]
-    pool.give([a.base for a in large])  # class 10, used last: the small one is evicted
+    pool.give([pool.take_flat(16)])  # class 4, used first
+    pool.give([pool.take_flat(1024), pool.take_flat(1024)])  # class 10, used last
     assert pool.free_classes() == {10: 2}
 
-    pool = BufferPool(limit_bytes=2048 * 4)
-    stale = pool.take((2048,))
-    pool.give([stale.base])
-    pool.give([pool.take((16,)).base])  # recent: the stale 2048-float buffer goes
-    assert pool.free_classes() == {4: 1}
+    pool = BufferPool(limit_bytes=2048 * 4 + 16 * 4)
+    stale = pool.take_flat(2048)
+    fresh = pool.take_flat(16)
+    pool.give([stale])
+    pool.give([fresh, pool.take_flat(16)])  # class 4 used last: the 2048-float buffer goes
+    assert pool.free_classes() == {4: 2}
+
+
+def test_a_request_of_an_empty_class_drops_stale_buffers_to_keep_the_cap() -> None:
+    pool = BufferPool(limit_bytes=2 * 1024 * 4)
+    pool.give([pool.take_flat(1024), pool.take_flat(1024)])  # the cap, all in class 10
+    pool.take_flat(1024)  # a hit drops nothing
+    assert pool.free_classes() == {10: 1}
+    pool.take_flat(2048)  # a miss: the new 8 KiB and the free ones must fit the cap
+    assert pool.free_bytes == 0
 
 
 def test_a_cap_of_zero_keeps_nothing_and_a_buffer_over_the_cap_is_dropped() -> None:
     pool = BufferPool(limit_bytes=0)
-    pool.give([pool.take((10,)).base])
+    pool.give([pool.take_flat(10)])
     assert pool.free_bytes == 0
     pool = BufferPool(limit_bytes=100)
-    pool.give([pool.take((1000,)).base])
+    pool.give([pool.take_flat(1000)])
     assert pool.free_bytes == 0
+
+
+def test_large_buffers_are_memory_maps_of_their_own() -> None:
+    """A mapped buffer's untouched pages are never resident and its memory leaves with it;
+    small ones come from numpy."""
+    large, small = new_buffer(MAPPED_BYTES // 4), new_buffer(16)
+    assert small.flags.owndata
+    assert large.flags.writeable and large.size == MAPPED_BYTES // 4
+    if os.name == "posix":
+        assert not large.flags.owndata  # the map owns the memory
+    large[:] = 1.0
+    assert float(large.sum()) == MAPPED_BYTES // 4
 
 
 def test_lease_gives_back_replaced_buffers_at_once_and_the_rest_when_closed() -> None:
@@ -172,7 +195,8 @@ def test_grown_buffers_go_back_to_the_pool_during_the_generation(loaded, monkeyp
     free = step.pool.free_bytes
     state = step.select(state, np.array([0, 0, 1, 1, 2, 2, 3, 3]))  # gathered into new ones
     assert step.pool.free_bytes > free
-    assert state.lease.held_bytes == sum(a.base.nbytes for a in state.cache_k + state.cache_v)
+    buffers = state.cache_k + state.cache_v  # 8 rows now: only these are held
+    assert state.lease.held_bytes == len(buffers) * 2 ** size_class(buffers[0].size) * 4
     with pytest.raises(ValueError, match="used once"):
         step.select(before, np.array([0]))
 
@@ -244,7 +268,7 @@ def test_a_third_generation_waits_until_one_of_two_ends(loaded) -> None:
         assert event.wait(JOIN_S)
     waiter = threading.Thread(target=third)
     waiter.start()
-    while step.pool.slots.waiting == 0:  # until it blocks for a slot (no time asserted)
+    while step.pool.slots.waiting == 0 and waiter.is_alive():  # until it blocks for a slot
         time.sleep(0.01)
     assert events == [] and step.pool.slots.holders == 2
     finish[0].set()

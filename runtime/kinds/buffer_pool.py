@@ -15,12 +15,16 @@ whatever its last user left: callers write every position before they read it.
 
 Size classes: a request of n floats is served by a buffer of the class 2**ceil(log2 n) floats
 (a buffer at most twice the request, never a larger class, never a smaller one), so a class
-holds buffers of one capacity and any of them fits any request of the class. Untouched pages
-of a buffer's tail are never written, so they cost address space, not memory.
+holds buffers of one capacity and any of them fits any request of the class. Buffers of
+`MAPPED_BYTES` or more are anonymous memory maps of their own (where the platform has them):
+pages a request never touches (the tail of the class) are never resident, and a dropped
+buffer's memory goes back to the system at once instead of staying in the heap.
 
 The cap: free buffers are kept up to `limit_bytes`; past it, the buffers of the class used
 least recently (taken or given back) are dropped first, so the classes the current batches
-use stay and those of earlier, different batches go.
+use stay and those of earlier, different batches go. A request that finds its class empty
+first drops free buffers the same way until the free bytes plus its new buffer fit the cap
+(a server whose batch sizes vary does not hold stale classes beside new ones).
 
 Generations: a `Lease` holds one of `generations` slots from its creation until it is closed
 (or collected), and a new lease waits for a free slot; a thread that already holds a slot
@@ -32,6 +36,7 @@ by a reference cycle (an exception's traceback stored by its handler) cannot blo
 from __future__ import annotations
 
 import gc
+import mmap
 import threading
 from collections.abc import Iterable, Sequence
 
@@ -40,11 +45,27 @@ import numpy as np
 POOL_BYTES = 256 * 2**20  # free buffers kept, at most, when the owner names no cap
 GENERATIONS = 2  # generations holding buffers at once, at most, when the owner names none
 WAIT_COLLECT_S = 1.0  # a waiting lease runs the garbage collector this often
+MAPPED_BYTES = 2**20  # buffers this large are memory maps of their own (see above)
+_PRIVATE = getattr(mmap, "MAP_PRIVATE", None), getattr(mmap, "MAP_ANONYMOUS", None)
 
 
 def size_class(size: int) -> int:
     """The class of a request of `size` floats: c with 2**(c - 1) < size <= 2**c."""
     return max(int(size) - 1, 0).bit_length()
+
+
+def new_buffer(size: int) -> np.ndarray:
+    """A flat float32 array (size,), contents undefined: a private anonymous memory map when
+    it is `MAPPED_BYTES` or more and the platform has them, else numpy's allocation."""
+    if size * 4 < MAPPED_BYTES or None in _PRIVATE:
+        return np.empty(size, np.float32)
+    pages = mmap.mmap(-1, size * 4, flags=_PRIVATE[0] | _PRIVATE[1])
+    return np.frombuffer(pages, np.float32)
+
+
+def address(array: np.ndarray) -> int:
+    """Where `array`'s data starts (a prefix view starts where its buffer does)."""
+    return array.__array_interface__["data"][0]
 
 
 class GenerationSlots:
@@ -117,22 +138,26 @@ class BufferPool:
         self._tick += 1
         self._used[cls] = self._tick
 
-    def take(self, shape: Sequence[int]) -> np.ndarray:
-        """A float32 array of `shape`, a view of a free buffer of its size class, or of a new
-        one of the class's capacity; its contents are undefined."""
-        size = int(np.prod(shape))
+    def take_flat(self, size: int) -> np.ndarray:
+        """A flat float32 buffer of `size_class(size)`'s capacity: a free one of the class, or
+        a new one (free buffers of other classes dropped first to keep the cap)."""
         cls = size_class(size)
         with self._lock:
             self._touch(cls)
             free = self._free.get(cls)
-            flat = free.pop() if free else None
-        if flat is None:
-            flat = np.empty(2**cls, np.float32)
-        return flat[:size].reshape(shape)
+            if free:
+                return free.pop()
+            self._drop_to(self.limit_bytes - 2**cls * 4)
+        return new_buffer(2**cls)
+
+    def take(self, shape: Sequence[int]) -> np.ndarray:
+        """A float32 array of `shape`, a view of `take_flat`'s buffer; contents undefined."""
+        size = int(np.prod(shape))
+        return self.take_flat(size)[:size].reshape(shape)
 
     def give(self, flats: Iterable[np.ndarray]) -> None:
-        """Return flat float32 buffers (`take`'s views' `.base`); the classes used least
-        recently are dropped while the free bytes exceed the cap."""
+        """Return flat float32 buffers (from `take_flat`); the classes used least recently
+        are dropped while the free bytes exceed the cap."""
         with self._lock:
             for flat in flats:
                 if flat.dtype != np.float32 or flat.ndim != 1 or not flat.size:
@@ -140,10 +165,15 @@ class BufferPool:
                 cls = flat.size.bit_length() - 1  # serves requests up to 2**cls <= size
                 self._free.setdefault(cls, []).append(flat)
                 self._touch(cls)
-            held = sum(a.nbytes for arrays in self._free.values() for a in arrays)
-            while held > self.limit_bytes:
-                stalest = min((c for c, a in self._free.items() if a), key=self._used.__getitem__)
-                held -= self._free[stalest].pop(0).nbytes  # its oldest buffer
+            self._drop_to(self.limit_bytes)
+
+    def _drop_to(self, limit: int) -> None:
+        """Drop free buffers, the oldest of the least recently used class first, until their
+        bytes are at most `limit` (under the lock)."""
+        held = sum(a.nbytes for arrays in self._free.values() for a in arrays)
+        while held > max(limit, 0):
+            stalest = min((c for c, a in self._free.items() if a), key=self._used.__getitem__)
+            held -= self._free[stalest].pop(0).nbytes
 
     def drop(self) -> None:
         """Forget every free buffer (their memory goes back when no view is left)."""
@@ -159,7 +189,7 @@ class Lease:
 
     def __init__(self, pool: BufferPool) -> None:
         self.pool = pool
-        self._flats: dict[int, np.ndarray] = {}  # id -> buffer taken and not given back
+        self._flats: dict[int, np.ndarray] = {}  # address -> buffer taken, not given back
         self._owner: int | None = pool.slots.acquire()
 
     @property
@@ -171,21 +201,17 @@ class Lease:
         """`BufferPool.take`, remembered for the return."""
         if self._owner is None:
             raise ValueError("this lease is closed: its generation has ended")
-        array = self.pool.take(shape)
-        flat = array.base if array.base is not None else array
-        self._flats[id(flat)] = flat
-        return array
+        size = int(np.prod(shape))
+        flat = self.pool.take_flat(size)
+        self._flats[address(flat)] = flat
+        return flat[:size].reshape(shape)
 
     def give(self, arrays: Iterable[np.ndarray]) -> None:
         """Return the buffers of `arrays` (views from `take`) to the pool now. The caller
         guarantees that nothing reads or writes them afterwards. Arrays this lease did not
         hand out (or already returned) are ignored."""
-        flats = []
-        for array in arrays:
-            flat = array.base if array.base is not None else array
-            if self._flats.pop(id(flat), None) is not None:
-                flats.append(flat)
-        self.pool.give(flats)
+        flats = [self._flats.pop(address(a), None) for a in arrays]
+        self.pool.give(flat for flat in flats if flat is not None)
 
     def close(self) -> None:
         """Return every buffer still held and free the slot (once; later calls do nothing)."""
