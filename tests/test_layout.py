@@ -151,6 +151,16 @@ def test_the_private_import_check_finds_one(tmp_path) -> None:
     assert private_imports([module]) == ["m.py:1 edgeseq.export.onnx_export._run"]
 
 
+def test_architecture_md_names_every_module() -> None:
+    """docs/architecture.md is where a reader finds each module: it names every one."""
+    page = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    folders = ("runtime", "build_model", "export", "bench", "cli", "benchmarks")
+    modules = [p for f in folders for p in (ROOT / f).rglob("*.py") if p.name != "__init__.py"]
+    modules += list((RUNTIME / "web").glob("*.mjs"))
+    named = [p for p in modules if re.search(rf"[`/]{re.escape(p.name)}`", page)]
+    assert sorted(str(p.relative_to(ROOT)) for p in set(modules) - set(named)) == []
+
+
 def module_name(path: Path, root: Path) -> str:
     """root/runtime/kinds/seq2seq.py -> "runtime.kinds.seq2seq"; a package's __init__ is the
     package ("runtime.kinds")."""
