@@ -262,3 +262,23 @@ def test_the_browser_knows_every_registered_variant() -> None:
     root = Path(__file__).resolve().parents[1]
     out = subprocess.run([NODE, "-e", code], capture_output=True, text=True, cwd=root, check=True)
     assert json.loads(out.stdout) == {k: list(v.files) for k, v in GRAPH_VARIANTS.items()}
+
+
+def test_verify_reruns_the_group_of_every_variant_the_manifest_lists(
+    runtime_model, every_variant: Path, tmp_path: Path
+) -> None:
+    from edgeseq.build_model.checkpoint import save_checkpoint
+    from edgeseq.export.options import ExportOptions
+    from edgeseq.export.pipeline import verify_bundle
+
+    task = {"name": "reverse", "options": {}}
+    ckpt = save_checkpoint(
+        tmp_path / "ckpt", runtime_model.model, runtime_model.tokenizers, task, {"step": 0}
+    )
+    lines: list[str] = []
+    report = verify_bundle(every_variant, ckpt, ExportOptions(inputs=16, progress=lines.append))
+    assert report["passed"]
+    assert all(report[key]["passed"] and "fp32" in report[key] for key in GRAPH_VARIANTS)
+    assert {key for key in GRAPH_VARIANTS if any(f"parity {key} (fp32)" in s for s in lines)} == (
+        set(GRAPH_VARIANTS)
+    )
