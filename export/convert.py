@@ -32,6 +32,8 @@ from pathlib import Path
 
 import onnx
 
+from edgeseq.runtime import constants as C
+
 from .quantize import logits_nodes
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
@@ -40,11 +42,13 @@ REQUIRED_OPERATORS_FILE = "required_operators.config"
 
 def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     """Write the float16 version of graph `source` to `target` (float32 inputs and outputs
-    kept); return the names of the nodes kept in float32 by name (the logits projection)."""
+    kept); return the names of the nodes kept in float32 by name (the logits projection and
+    the search's outputs after it: an fp16 sum of exp over a vocabulary overflows)."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     model = onnx.load(str(source))
-    kept_nodes = sorted(logits_nodes(model))
+    top = {node.name for node in model.graph.node if node.name.startswith(C.TOP_NODE_PREFIX)}
+    kept_nodes = sorted(logits_nodes(model) | top)
     converted = convert_float_to_float16(
         model,
         keep_io_types=True,

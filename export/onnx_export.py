@@ -17,7 +17,7 @@ import logging
 import sys
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -196,14 +196,21 @@ def export_module(
     path: str | Path,
     opset: int | None,
     metadata: dict[str, str] | None = None,
+    edit: Callable[[onnx.ModelProto], None] | None = None,
 ) -> GraphInfo:
     """Export `module` on example `args` to `path` (`dynamic_shapes` as torch.export takes
     them, `names`: (input names, output names) of the bundle contract) and finish it as
-    `finish_graph` does; `graph` is its role ("encoder", "decoder", "model")."""
+    `finish_graph` does; `graph` is its role ("encoder", "decoder", "model"). `edit` changes
+    the exported graph in place first; outputs it appends follow `names`' (the search's
+    outputs: export/kinds/seq2seq/top_outputs.py)."""
     start = time.perf_counter()
     proto = _export(module, args, dynamic_shapes, *names, opset)
+    output_names = names[1]
+    if edit is not None:
+        edit(proto)
+        output_names += tuple(o.name for o in proto.graph.output[len(output_names) :])
     opset_used, ir_version, inputs, outputs = finish_graph(
-        proto, path, cfg, graph, *names, metadata
+        proto, path, cfg, graph, names[0], output_names, metadata
     )
     path = Path(path)
     seconds = time.perf_counter() - start

@@ -73,6 +73,7 @@ def format_parity(report: dict[str, Any]) -> str:
         rows.append(("3", check, f"{beam['identical']}/{beam['inputs']}", ok(beam["passed"])))
     for key, variant_rows in PARITY_ROWS.items():  # one per graph variant of the registry
         rows += variant_rows(report.get(key))
+    rows += top_parity_rows(report.get("top"))
     rows += source_parity_rows(report.get("source"))
     lines = [format_table(rows)]
     for m in level3.get("mismatches", []):
@@ -263,6 +264,24 @@ def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
         check = f"source: identical beam-{entry['beam_size']} ids ({entry['source_search']})"
         value = f"{entry['identical']}/{entry['inputs']}{ties}"
         rows.append(("3", check, value, ok(entry["passed"])))
+    return rows
+
+
+def top_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
+    """Rows (level, check, value, result) of a parity report's "top" group: the searches on
+    the decoder's top-k outputs against the logits (export/kinds/seq2seq/top_parity.py)."""
+    if not group:
+        return []
+    rows = []
+    for name in ("greedy", "beam"):
+        entry = group[name]
+        search = "greedy" if name == "greedy" else f"beam-{entry['beam_size']}"
+        ties = f" + {entry['near_ties']} near ties" if entry["near_ties"] else ""
+        check = (
+            f"top-k outputs: {search} ids as from logits (|Δscore| {entry['max_score_diff']:.0e})"
+        )
+        value = f"{entry['identical']}/{entry['inputs']}{ties}"
+        rows.append(("3", check, value, "ok" if entry["passed"] else "FAIL"))
     return rows
 
 

@@ -259,7 +259,8 @@ def check_graph_pair(
         got_in = {arg.name for arg in session.get_inputs()}
         got_out = {arg.name for arg in session.get_outputs()}
         missing = [n for n in inputs if n not in got_in] + [n for n in outputs if n not in got_out]
-        extra = sorted(n for n in got_in | got_out if n not in (*inputs, *outputs))
+        known = (*inputs, *outputs, *C.optional_outputs(got_out))
+        extra = sorted(n for n in got_in | got_out if n not in known)
         if missing or extra:
             raise BundleError(
                 f"{file} does not match config.json's {layers} decoder layers "

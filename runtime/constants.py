@@ -187,3 +187,28 @@ INPUTS, BEAMS = "inputs", "beams"  # cache_indirection's: batch / beam_width, be
 def in_place_decoder_inputs(n_layers: int) -> tuple[str, ...]:
     """decoder_inputs, then cache_mask, past_length, beam_width and cache_indirection."""
     return (*decoder_inputs(n_layers), CACHE_MASK, PAST_LENGTH, BEAM_WIDTH, CACHE_INDIRECTION)
+
+
+# The search's outputs of the decoder graphs (`decoder.onnx`, `decoder.inplace.onnx`;
+# docs/bundle.md): what greedy and beam search read instead of the whole `logits`, for the
+# last new position of each row. Graphs exported before them have none: the runtime then
+# reads `logits`.
+TOPK_IDS = "topk_ids"  # int64 [batch, topk]: the topk largest logits' ids, largest first
+TOPK_LOGITS = "topk_logits"  # float [batch, topk]: those logits (ties: the lower id first)
+# float [batch]: log(sum(exp(logits - max logit))); log-probability = logit - max - this
+LOG_NORMALIZER = "log_normalizer"
+TOP_OUTPUTS = (TOPK_IDS, TOPK_LOGITS, LOG_NORMALIZER)
+TOP_NODE_PREFIX = "edgeseq.top/"  # names of the nodes (and constants) that compute them
+TOPK = "topk"  # the axis: min(TOPK_MAX, tgt_vocab), fixed at export
+TOPK_MAX = 32  # 2 x beam for beam sizes up to 16 (larger beams read the logits)
+
+
+def topk_width(vocab_size: int) -> int:
+    """The width of `topk_ids`/`topk_logits` a graph of this target vocabulary has."""
+    return min(TOPK_MAX, vocab_size)
+
+
+def optional_outputs(outputs: set[str] | frozenset[str]) -> tuple[str, ...]:
+    """The search's outputs when a decoder graph with `outputs` has all of them (a graph
+    may have them or not: bundles exported before them have none), else ()."""
+    return TOP_OUTPUTS if set(TOP_OUTPUTS) <= outputs else ()

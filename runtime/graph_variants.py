@@ -173,9 +173,12 @@ def check_io(
     names: tuple[tuple[str, ...], tuple[str, ...]],
     cfg: ModelConfig,
 ) -> None:
-    """BundleError unless `names` (inputs, outputs) are `variant`'s for `cfg`."""
+    """BundleError unless `names` (inputs, outputs) are `variant`'s for `cfg` (a decoder's
+    may add the search's outputs, `C.TOP_OUTPUTS`: the in-place decoder has them since they
+    exist, a graph exported before them has none)."""
     got = set(names[0]), set(names[1])
-    want = set(variant.inputs(cfg)), set(variant.outputs(cfg))
+    optional = C.optional_outputs(got[1]) if variant.key != SEARCH.key else ()
+    want = set(variant.inputs(cfg)), set(variant.outputs(cfg)) | set(optional)
     if got != want:
         missing = sorted((want[0] - got[0]) | (want[1] - got[1]))
         extra = sorted((got[0] - want[0]) | (got[1] - want[1]))

@@ -23,7 +23,7 @@ import numpy as np
 
 from .errors import InputTooLongError, OptionsError
 from .ranking import ranked
-from .step import StepModel
+from .step import StepModel, StepState
 
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
 Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -147,6 +147,20 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
     return z
 
 
+def scored_step(
+    model: StepModel, state: StepState, input_ids: np.ndarray, k: int
+) -> tuple[np.ndarray, np.ndarray | None, StepState]:
+    """One decoder step on input_ids int64 (R, N) -> float64 log-probabilities of the next
+    token after the last position: the k best per row (R, k), best first, with their ids
+    int64 (R, k), when the model's graph returns them (its `top_width` >= k: the logits stay
+    in the graph); else every token's (R, V) and None. Then the state."""
+    if k <= getattr(model, "top_width", 0):
+        ids, logprobs, state = model.step_top(state, input_ids, k)  # type: ignore[attr-defined]
+        return logprobs, ids, state
+    logits, state = model.step(state, input_ids)
+    return log_softmax(logits[:, -1]), None, state
+
+
 def check_source_length(model: StepModel, src_ids: np.ndarray) -> None:
     """Refuse a source longer than the model's positional table."""
     if src_ids.shape[1] > model.max_len:
@@ -173,10 +187,14 @@ def decode_steps(
     live = np.arange(src_ids.shape[0])  # original row index of each state row
     last = np.full((len(live), 1), model.bos_id, dtype=np.int64)
     for _ in range(step_budget(model, max_new_tokens)):
-        logits, state = model.step(state, last)
-        logits = logits[:, -1]  # (B_live, V)
-        next_ids = np.asarray(choose(logits, live), dtype=np.int64)  # (B_live,)
-        logprobs = log_softmax(logits)[np.arange(len(live)), next_ids]
+        if choose is choose_argmax and getattr(model, "top_width", 0) >= 1:
+            top_ids, top_logprobs, state = model.step_top(state, last, 1)  # type: ignore[attr-defined]
+            next_ids, logprobs = top_ids[:, 0], top_logprobs[:, 0]  # the arg-max, from the graph
+        else:
+            logits, state = model.step(state, last)
+            logits = logits[:, -1]  # (B_live, V)
+            next_ids = np.asarray(choose(logits, live), dtype=np.int64)  # (B_live,)
+            logprobs = log_softmax(logits)[np.arange(len(live)), next_ids]
         yield live, next_ids, logprobs
         finished = next_ids == model.eos_id
         if finished.all():
@@ -293,10 +311,9 @@ def beam_search(
     last = np.full((batch, 1), model.bos_id, dtype=np.int64)
     budget = step_budget(model, max_new_tokens)
     for step in range(budget):
-        logits, state = model.step(state, last)
-        candidates = log_softmax(logits[:, -1])  # (R, V)
+        candidates, ids, state = scored_step(model, state, last, 2 * beam_size)  # (R, K)
         candidates += row_logprob[:, None]
-        vocab = candidates.shape[1]
+        width = candidates.shape[1]
         keep_rows: list[int] = []
         keep_tokens: list[int] = []
         keep_logprob: list[float] = []
@@ -304,7 +321,8 @@ def beam_search(
             item = row_input[start]
             first, alive = len(keep_rows), 0
             for rank, (index, value) in enumerate(zip(top, values, strict=True)):
-                row, token = start + index // vocab, index % vocab
+                row, column = start + index // width, index % width
+                token = column if ids is None else int(ids[row, column])
                 if token == model.eos_id:
                     if rank < beam_size:
                         length = len(row_tokens[row]) + 1

@@ -211,11 +211,12 @@ class InPlaceStep(OrtStep):
                 values.append(value)
         return binding, values
 
-    def step(  # type: ignore[override]
-        self, state: InPlaceState, input_ids: np.ndarray
-    ) -> tuple[np.ndarray, InPlaceState]:
-        """input_ids int64 (B, 1) -> logits float32 (B, 1, V), and the state with position
-        past_len written into its buffers (the same buffers, unless they had to grow)."""
+    def _decoded(  # type: ignore[override]
+        self, state: InPlaceState, input_ids: np.ndarray, heads: tuple[str, ...]
+    ) -> tuple[list[np.ndarray], InPlaceState]:
+        """`step` and `step_top` (OrtStep's) on input_ids int64 (B, 1): outputs `heads`, and
+        the state with position past_len written into its buffers (the same buffers, unless
+        they had to grow)."""
         if input_ids.shape[1] != 1:
             raise ValueError("the in-place cache decoder takes one new token per row")
         _check_live(state)
@@ -228,13 +229,16 @@ class InPlaceStep(OrtStep):
                 )
             if state.past >= state.cache_len:
                 state = self.grown(state)
-            return self._run(state, input_ids)
+            return self._run(state, input_ids, heads)
         except BaseException:
             _abandon(state)
             raise
 
-    def _run(self, state: InPlaceState, input_ids: np.ndarray) -> tuple[np.ndarray, InPlaceState]:
-        """`step` once the buffers have room for position past_len."""
+    def _run(
+        self, state: InPlaceState, input_ids: np.ndarray, heads: tuple[str, ...]
+    ) -> tuple[list[np.ndarray], InPlaceState]:
+        """`_decoded` once the buffers have room for position past_len: outputs `heads` are
+        bound to new arrays, the others not (logits, when not read, are not copied out)."""
         if state.binding is None:
             state.binding = self.bind(state)
         binding, past, rows = state.binding[0], state.past, state.batch
@@ -242,13 +246,20 @@ class InPlaceStep(OrtStep):
         binding.bind_cpu_input(C.CACHE_MASK, np.ones((rows, past + 1), np.int32))
         binding.bind_cpu_input(C.PAST_LENGTH, np.array([past], np.int32))
         binding.bind_cpu_input(C.CACHE_INDIRECTION, state.indirection)
-        logits = np.empty((rows, 1, self.vocab_size), np.float32)
-        binding.bind_ortvalue_output(C.LOGITS, ort.OrtValue.ortvalue_from_numpy(logits))
+        shapes = {C.LOGITS: (rows, 1, self.vocab_size), C.LOG_NORMALIZER: (rows,)}
+        out = [
+            np.empty(shapes.get(name, (rows, self.top_width)), np.float32)
+            if name != C.TOPK_IDS
+            else np.empty((rows, self.top_width), np.int64)
+            for name in heads
+        ]
+        for name, array in zip(heads, out, strict=True):
+            binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
         self.decoder.run_with_iobinding(binding)
         # Row n * W + w wrote its own position `past`.
         state.indirection[:, :, past] = np.arange(state.width, dtype=np.int32)
         state.past = past + 1
-        return logits, state
+        return out, state
 
     def _source(
         self, state: InPlaceState, rows: np.ndarray, runs: Runs | None

@@ -62,6 +62,8 @@ class OrtStep:
         self.decoder_outputs = C.decoder_outputs(layers)
         fed = (C.PAST_K, C.PAST_V, C.CROSS_K, C.CROSS_V)  # outputs: decoder_outputs
         self.names = {f: C.layer_names(f, layers) for f in fed}
+        # k of the graph's search outputs (topk_ids ...; 0: a graph exported before them)
+        self.top_width = top_width(decoder)
 
     @classmethod
     def from_files(
@@ -112,13 +114,32 @@ class OrtStep:
 
     def step(self, state: OrtState, input_ids: np.ndarray) -> tuple[np.ndarray, OrtState]:
         """input_ids int64 (B, N) -> logits float32 (B, N, V) and the extended state."""
-        out = self.decoder.run(list(self.decoder_outputs), self.feeds(state, input_ids))
-        layers = self.layers
-        past_k, past_v = tuple(out[1 : 1 + layers]), tuple(out[1 + layers :])
+        (logits,), new_state = self._decoded(state, input_ids, (C.LOGITS,))
+        return logits.astype(np.float32, copy=False), new_state
+
+    def step_top(
+        self, state: OrtState, input_ids: np.ndarray, k: int
+    ) -> tuple[np.ndarray, np.ndarray, OrtState]:
+        """input_ids int64 (B, N) -> the k (<= top_width) most likely tokens after the last
+        new position, from the graph's search outputs: ids int64 (B, k) and log-probabilities
+        float64 (B, k), largest first (ties: lower id first); and the extended state. The
+        logits stay inside onnxruntime."""
+        (ids, logits, lse), new_state = self._decoded(state, input_ids, C.TOP_OUTPUTS)
+        return ids[:, :k], top_logprobs(logits[:, :k], lse), new_state
+
+    def _decoded(
+        self, state: OrtState, input_ids: np.ndarray, heads: tuple[str, ...]
+    ) -> tuple[list[np.ndarray], OrtState]:
+        """One decoder run reading outputs `heads` and the cache -> (heads' arrays, state)."""
+        names = [*heads, *self.decoder_outputs[1:]]
+        out = self.decoder.run(names, self.feeds(state, input_ids))
+        layers, first = self.layers, len(heads)
+        past_k = tuple(out[first : first + layers])
+        past_v = tuple(out[first + layers :])
         new_state = OrtState(
             state.cross_k, state.cross_v, state.src_mask, past_k, past_v, state.source_rows
         )
-        return out[0].astype(np.float32, copy=False), new_state
+        return out[:first], new_state
 
     def select(self, state: OrtState, rows: np.ndarray) -> OrtState:
         """Gather batch rows (int64 (B',), may repeat). Beam search reorders hypotheses
@@ -143,6 +164,26 @@ class OrtStep:
             return state.cross_k, state.cross_v, state.src_mask, source_rows
         src_mask = np.take(state.src_mask, rows, axis=0)
         return _take(state.cross_k, rows), _take(state.cross_v, rows), src_mask, source_rows
+
+
+def top_width(decoder: ort.InferenceSession) -> int:
+    """k of a decoder session's `topk_ids` output [batch, k]; 0 when it has none (or its k
+    is not a fixed number)."""
+    outputs = {arg.name: arg for arg in decoder.get_outputs()}
+    if not C.optional_outputs(set(outputs)):
+        return 0
+    width = outputs[C.TOPK_IDS].shape[-1]
+    return width if isinstance(width, int) else 0
+
+
+def top_logprobs(topk_logits: np.ndarray, log_normalizer: np.ndarray) -> np.ndarray:
+    """Log-probabilities float64 (B, k) of float (B, k) `topk_logits` (largest first) with
+    the graph's float (B,) `log_normalizer`, log(sum(exp(logit - max))): logit - max -
+    normaliser, the difference exact in float64, so a row's order is its logits' (the one
+    rounding of float32 against numpy's float64 log-softmax is the normaliser's, the same
+    for every token of the row)."""
+    top = topk_logits.astype(np.float64)
+    return (top - top[:, :1]) - log_normalizer.astype(np.float64)[:, None]
 
 
 def _take(arrays: Layers, rows: np.ndarray) -> Layers:

@@ -97,11 +97,12 @@ class OrtBoundStep(OrtStep):
         empty = self.empty_cache(src_ids.shape[0], _numpy_dtype(cross_k[0]))
         return OrtBoundState(cross_k, cross_v, self.to_device(src_ids != self.pad_id), empty, empty)
 
-    def step(  # type: ignore[override]
-        self, state: OrtBoundState, input_ids: np.ndarray
-    ) -> tuple[np.ndarray, OrtBoundState]:
-        """input_ids int64 (B, N) -> logits float32 (B, N, V) on the host and the extended
-        state, whose cache stays on the device."""
+    def _decoded(  # type: ignore[override]
+        self, state: OrtBoundState, input_ids: np.ndarray, heads: tuple[str, ...]
+    ) -> tuple[list[np.ndarray], OrtBoundState]:
+        """`step` and `step_top` (OrtStep's): input_ids int64 (B, N) -> outputs `heads` on
+        the host (the logits or the search's outputs: only those leave the device) and the
+        extended state, whose cache stays on the device."""
         binding = self.decoder.io_binding()
         binding.bind_cpu_input(C.INPUT_IDS, np.ascontiguousarray(input_ids, dtype=np.int64))
         binding.bind_ortvalue_input(C.SRC_MASK, state.src_mask)
@@ -116,15 +117,16 @@ class OrtBoundStep(OrtStep):
                     binding.bind_cpu_input(name, value)
                 else:
                     binding.bind_ortvalue_input(name, value)
-        binding.bind_output(C.LOGITS, "cpu")  # the search needs the logits on the host
+        for name in heads:
+            binding.bind_output(name, "cpu")  # what the search reads, on the host
         for name in self.decoder_outputs[1:]:
             binding.bind_output(name, self.device_type, self.device_id)
         self.decoder.run_with_iobinding(binding)
         out = binding.get_outputs()  # in binding order
-        layers = self.layers
-        past_k, past_v = tuple(out[1 : 1 + layers]), tuple(out[1 + layers :])
+        layers, first = self.layers, len(heads)
+        past_k, past_v = tuple(out[first : first + layers]), tuple(out[first + layers :])
         new_state = OrtBoundState(state.cross_k, state.cross_v, state.src_mask, past_k, past_v)
-        return out[0].numpy().astype(np.float32, copy=False), new_state
+        return [value.numpy() for value in out[:first]], new_state
 
     def select(self, state: OrtBoundState, rows: np.ndarray) -> OrtBoundState:  # type: ignore[override]
         """Gather batch rows (int64 (B',), may repeat) through a host round-trip."""

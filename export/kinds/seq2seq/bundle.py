@@ -49,6 +49,7 @@ from .graphs import export_decoder, export_encoder
 from .parity import open_engine, run_parity
 from .precisions import build_variants
 from .source_parity import source_failure, source_parity
+from .top_parity import top_failure, top_parity
 
 
 def export_bundle(
@@ -198,6 +199,10 @@ def prove_graphs(
         max_new_tokens=max_new_tokens, progress=say,
     )  # fmt: skip
     check_parity(parity)
+    if engine.top_width:
+        say(f"parity of the decoder's top-k outputs with its logits on {len(held.sources)} inputs")
+        add_group(parity, "top", top_parity(engine, held.sources, max_new_tokens))
+        check_group(parity, "top", top_failure)
     if reference is not None:
         say(f"parity against the source model on {len(held.sources)} inputs")
         group = source_parity(reference, engine, held, model.cfg, max_new_tokens)

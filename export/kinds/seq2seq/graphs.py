@@ -23,6 +23,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
 from ...onnx_export import GraphInfo, export_module
+from .top_outputs import top_outputs_editor
 from .wrappers import FusedDecoderStep, FusedEncoder, OnnxDecoderStep, OnnxEncoder
 
 EXAMPLE_SIZE = {C.BATCH: 2, C.SRC_LEN: 5, C.PAST_LEN: 3, C.NEW_LEN: 2}  # all >= 2: see above
@@ -112,4 +113,5 @@ def export_decoder(
     args = decoder_example(cfg)
     names = (C.decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedDecoderStep(model) if fuse else OnnxDecoderStep(model)
-    return export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
+    edit = top_outputs_editor(cfg)  # + topk_ids, topk_logits, log_normalizer
+    return export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata, edit)

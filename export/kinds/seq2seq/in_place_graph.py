@@ -34,6 +34,7 @@ from ...fused_ops import in_place_self_attention
 from ...onnx_export import GraphInfo, export_module
 from .graphs import decoder_example, example_sizes, graph_dims
 from .precisions import add_precisions
+from .top_outputs import top_outputs_editor
 from .wrappers import FusedDecoderStep
 
 EXAMPLE_BEAM = 2  # rows per input in the traced example (every dynamic size >= 2)
@@ -50,7 +51,8 @@ class FusedInPlaceDecoder(FusedDecoderStep):
     cache_mask int32 [B, P+1]; past_length int32 [1] (P, the new token's position);
     beam_width int32 [1] (W); cache_indirection int32 [B/W, W, M].
     Outputs: logits [B, 1, V]; present_k.i/present_v.i [B, H, M, dh], the buffers with
-    position P written (the same memory as the inputs when bound so).
+    position P written (the same memory as the inputs when bound so); the search's outputs
+    topk_ids, topk_logits, log_normalizer are added to the graph (top_outputs.py).
     """
 
     def forward(  # type: ignore[override]
@@ -138,7 +140,8 @@ def export_in_place_decoder(
     names = (C.in_place_decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedInPlaceDecoder(model)
     args = in_place_example(cfg)
-    return export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata)
+    edit = top_outputs_editor(cfg)  # + topk_ids, topk_logits, log_normalizer
+    return export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata, edit)
 
 
 def write_in_place_graphs(

@@ -44,6 +44,7 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.vocabulary import METADATA_KEYS
 
 from ...onnx_export import ExportError, edgeseq_version
+from .top_outputs import strip_top_outputs
 
 MS_DOMAIN = "com.microsoft"
 SHARED_MIN_BYTES = 1024  # smaller duplicates (shape constants) stay where they are
@@ -184,6 +185,7 @@ def decoder_subgraph(decoder: onnx.ModelProto, cfg: ModelConfig) -> onnx.GraphPr
     """The bundle's decoder-step graph with the operator's decoder interface."""
     graph = onnx.GraphProto()
     graph.CopyFrom(decoder.graph)
+    strip_top_outputs(graph)  # the operator reads logits
     layers = cfg.n_decoder_layers
     kv_type = _float_type(graph, f"{C.PRESENT_K}.0")
     _rename_uses(graph, C.INPUT_IDS, "search.input_ids")  # the operator's name is taken
