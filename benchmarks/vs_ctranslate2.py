@@ -32,7 +32,8 @@ Engines (`vs_ctranslate2_engines.py`): "edgeseq fp32" and "edgeseq int8" are
 `--threads`); the report lists the path (one-graph search, loop, or loop with the in-place
 cache decoder for beam search) it took per cell. "edgeseq fp32 loop" / "int8 loop" are the
 two-graph loop on decoder.onnx (`runtime.search` on `OrtStep`, which copies the cache);
-`--graph` adds generate with search "graph".
+`--graph` adds generate with search "graph"; `--logits-path` adds generate reading the whole
+logits ("edgeseq fp32 logits": the search before the decoder graphs' top-k outputs).
 
 Reported per cell: tokens/s of each engine relative to CTranslate2 fp32 *of the same pass*,
 median over passes, with the lowest and highest per-pass ratio (the spread). Tokens are
@@ -141,6 +142,14 @@ def agreement(engines: list, sources: list, size: int) -> dict[str, dict[str, An
     return result
 
 
+def hide_top_outputs(generator: Any) -> None:
+    """Make `generator`'s loop read the decoder's logits (numpy's float64 log-softmax), as
+    before the graphs' top-k outputs (docs/bundle.md), for a before/after in one run."""
+    for step in (generator.step_model, generator.in_place):
+        if step is not None:
+            step.top_width = 0
+
+
 def patterns(text: str) -> tuple[str, ...]:
     """argparse type: some of PATTERNS, comma-separated."""
     names = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
@@ -172,6 +181,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--graph",
         action="store_true",
         help="also time generate with search 'graph' (the one-graph variant) per precision",
+    )
+    parser.add_argument(
+        "--logits-path",
+        action="store_true",
+        help="also time generate reading the decoder's whole logits (the search before the "
+        "graphs' top-k outputs) per precision: 'edgeseq fp32 logits'",
     )
     parser.add_argument("--json", type=Path, help="write every number (per pass) to this JSON file")
     return parser.parse_args(argv)
@@ -224,6 +239,10 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
         encoder, decoder, _ = open_sessions(*bundle.graphs(variant), "cpu", args.threads)
         step = OrtStep(encoder, decoder, cfg)
         engines.append(SearchEngine(f"edgeseq {variant} loop", step, cfg.pad_id))
+        if args.logits_path:
+            logits = Generator.load(bundle_dir, "cpu", args.threads, variant)
+            hide_top_outputs(logits)
+            engines.append(GenerateEngine(f"edgeseq {variant} logits", logits, sources))
         if args.graph and generator.graph_search is not None:
             graph = Generator.load(bundle_dir, "cpu", args.threads, variant, search="graph")
             engines.append(GenerateEngine(f"edgeseq {variant} graph", graph, sources))

@@ -21,6 +21,8 @@ PAIRS = (
     ("edgeseq int8 loop", "ctranslate2 int8"),
     ("edgeseq int8 graph", "ctranslate2 int8"),
     ("edgeseq fp32", "pytorch eager"),
+    ("edgeseq fp32", "edgeseq fp32 logits"),  # the graphs' top-k outputs vs the whole logits
+    ("edgeseq int8", "edgeseq int8 logits"),
 )
 
 
