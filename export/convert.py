@@ -32,9 +32,8 @@ from pathlib import Path
 
 import onnx
 
-from edgeseq.runtime import constants as C
-
 from .quantize import logits_nodes
+from .top_outputs import strip_top_outputs
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
 REQUIRED_OPERATORS_FILE = "required_operators.config"
@@ -42,13 +41,16 @@ REQUIRED_OPERATORS_FILE = "required_operators.config"
 
 def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     """Write the float16 version of graph `source` to `target` (float32 inputs and outputs
-    kept); return the names of the nodes kept in float32 by name (the logits projection and
-    the search's outputs after it: an fp16 sum of exp over a vocabulary overflows)."""
+    kept, the search's outputs left out); return the names of the nodes kept in float32 by
+    name (the logits projection)."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     model = onnx.load(str(source))
-    top = {node.name for node in model.graph.node if node.name.startswith(C.TOP_NODE_PREFIX)}
-    kept_nodes = sorted(logits_nodes(model) | top)
+    # Without the search's outputs: the converter casts around each kept node, so a chain of
+    # them would go through float16 anyway (and breaks on a tensor two kept nodes read);
+    # fp16 graphs give the searches their logits (docs/bundle.md).
+    strip_top_outputs(model.graph)
+    kept_nodes = sorted(logits_nodes(model))
     converted = convert_float_to_float16(
         model,
         keep_io_types=True,

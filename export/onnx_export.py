@@ -202,7 +202,7 @@ def export_module(
     them, `names`: (input names, output names) of the bundle contract) and finish it as
     `finish_graph` does; `graph` is its role ("encoder", "decoder", "model"). `edit` changes
     the exported graph in place first; outputs it appends follow `names`' (the search's
-    outputs: export/kinds/seq2seq/top_outputs.py)."""
+    outputs: export/top_outputs.py)."""
     start = time.perf_counter()
     proto = _export(module, args, dynamic_shapes, *names, opset)
     output_names = names[1]

@@ -16,9 +16,9 @@ import numpy as np
 import onnx
 import pytest
 
-from edgeseq.export.kinds.seq2seq.top_outputs import strip_top_outputs
 from edgeseq.export.kinds.seq2seq.top_parity import TOP_SCORE_TOLERANCE, logits_path, top_parity
 from edgeseq.export.parity import random_sources
+from edgeseq.export.top_outputs import strip_top_outputs
 from edgeseq.runtime import Generator
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.kinds.in_place import InPlaceStep
@@ -120,3 +120,17 @@ def test_search_graph_drops_the_outputs(export_case, tmp_path: Path) -> None:
     graph = decoder_subgraph(decoder, export_case.model.cfg)
     assert not {o.name for o in graph.output} & set(C.TOP_OUTPUTS)
     assert not [n for n in graph.node if n.name.startswith(C.TOP_NODE_PREFIX)]
+
+
+def test_fp16_graphs_leave_the_outputs_out(export_case, tmp_path: Path) -> None:
+    """convert_fp16 drops the search's outputs (float16 TopK would rank rounded logits; the
+    converter's casts around kept nodes break on chains of them): the fp16 decoder has
+    decoder.onnx's original outputs, so its step model reads logits."""
+    from edgeseq.export.convert import convert_fp16
+
+    target = tmp_path / "decoder.fp16.onnx"
+    convert_fp16(export_case.bundle / C.DECODER_FILE, target)
+    graph = onnx.load(str(target)).graph
+    layers = export_case.model.cfg.n_decoder_layers
+    assert tuple(o.name for o in graph.output) == C.decoder_outputs(layers)
+    assert not [n.name for n in graph.node if n.name.startswith(C.TOP_NODE_PREFIX)]

@@ -23,7 +23,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
 from ...onnx_export import GraphInfo, export_module
-from .top_outputs import top_outputs_editor
+from ...top_outputs import top_outputs_editor
 from .wrappers import FusedDecoderStep, FusedEncoder, OnnxDecoderStep, OnnxEncoder
 
 EXAMPLE_SIZE = {C.BATCH: 2, C.SRC_LEN: 5, C.PAST_LEN: 3, C.NEW_LEN: 2}  # all >= 2: see above

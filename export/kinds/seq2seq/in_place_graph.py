@@ -32,9 +32,9 @@ from edgeseq.runtime.config import ModelConfig
 
 from ...fused_ops import in_place_self_attention
 from ...onnx_export import GraphInfo, export_module
+from ...top_outputs import top_outputs_editor
 from .graphs import decoder_example, example_sizes, graph_dims
 from .precisions import add_precisions
-from .top_outputs import top_outputs_editor
 from .wrappers import FusedDecoderStep
 
 EXAMPLE_BEAM = 2  # rows per input in the traced example (every dynamic size >= 2)
@@ -52,7 +52,7 @@ class FusedInPlaceDecoder(FusedDecoderStep):
     beam_width int32 [1] (W); cache_indirection int32 [B/W, W, M].
     Outputs: logits [B, 1, V]; present_k.i/present_v.i [B, H, M, dh], the buffers with
     position P written (the same memory as the inputs when bound so); the search's outputs
-    topk_ids, topk_logits, log_normalizer are added to the graph (top_outputs.py).
+    topk_ids, topk_logits, log_normalizer are added to the graph (export/top_outputs.py).
     """
 
     def forward(  # type: ignore[override]

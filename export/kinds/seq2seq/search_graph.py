@@ -44,7 +44,7 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.vocabulary import METADATA_KEYS
 
 from ...onnx_export import ExportError, edgeseq_version
-from .top_outputs import strip_top_outputs
+from ...top_outputs import strip_top_outputs
 
 MS_DOMAIN = "com.microsoft"
 SHARED_MIN_BYTES = 1024  # smaller duplicates (shape constants) stay where they are

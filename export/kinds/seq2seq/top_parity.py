@@ -1,6 +1,6 @@
 """Parity group `top`: greedy and beam search reading the decoder's search outputs
-(`topk_ids`, `topk_logits`, `log_normalizer`: top_outputs.py) against the same searches reading
-the whole `logits` (numpy's float64 log-softmax), on the level-3 sources.
+(`topk_ids`, `topk_logits`, `log_normalizer`: export/top_outputs.py) against the same
+searches reading the whole `logits` (numpy's float64 log-softmax), on the level-3 sources.
 
     group = top_parity(engine, held.sources, max_new_tokens)   # engine: an OrtStep
     add_group(report, "top", group)                           # export/parity.py

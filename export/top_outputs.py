@@ -4,7 +4,7 @@ normaliser, computed in the graph after `logits`, so that greedy and beam search
 (rows x k) numbers per step instead of (rows x vocabulary).
 
     export_module(..., edit=top_outputs_editor(cfg))   # decoder.onnx, decoder.inplace.onnx
-    strip_top_outputs(graph)                          # out again (the BeamSearch subgraph)
+    strip_top_outputs(graph)                          # out again (BeamSearch subgraph, fp16)
 
 The runtime ranks by `topk_logits - topk_logits[:, 0] - log_normalizer` in float64: the
 order within a row is the logits' own (TopK on the float32 logits, ties by the lower id, as
@@ -23,7 +23,7 @@ from onnx import TensorProto, helper, numpy_helper
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
-PREFIX = C.TOP_NODE_PREFIX  # names of the nodes and constants added here (kept fp32 in fp16)
+PREFIX = C.TOP_NODE_PREFIX  # names of the nodes and constants added here
 
 
 def top_outputs_editor(cfg: ModelConfig) -> Callable[[onnx.ModelProto], None]:
