@@ -7,6 +7,11 @@ so parity compares engines, not two copies of the search.
     state = model.start(src_ids)                 # run the encoder, empty self-attention cache
     logits, state = model.step(state, input_ids) # (B, N, V) float32 for tokens at past_len..
     state = model.select(state, rows)            # keep / repeat / reorder batch rows
+
+Optional: a model whose decoder graph returns the search's outputs (docs/bundle.md) has
+`top_width` k > 0 and `step_top(state, input_ids, k)` -> (ids int64 (B, k), log-probabilities
+float64 (B, k), state) of the next token after the last position; the searches then never
+read the logits (runtime/kinds/ort_step.py). Without them (`top_width` absent or 0) they do.
 """
 
 from __future__ import annotations
