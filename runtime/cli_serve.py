@@ -18,7 +18,7 @@ from pathlib import Path
 import click
 
 from .errors import MissingDependencyError
-from .providers import PROVIDER_CHOICES
+from .providers import PROVIDER_CHOICES, default_provider
 
 EPILOG = """\b
 Routes:
@@ -117,10 +117,10 @@ def _require(module: str, extra: str) -> None:
 )
 @click.option(
     "--provider",
-    type=click.Choice(PROVIDER_CHOICES),
-    default="auto",
-    show_default=True,
-    help="auto: CUDA if it loads, else CPU with a warning; cuda: strict.",
+    type=click.Choice(PROVIDER_CHOICES, case_sensitive=False),
+    default=None,
+    help="auto: CUDA if a GPU is usable, else CPU (a warning only when a GPU is present but "
+    "CUDA fails); cuda: strict; cpu. Default: $EDGESEQ_PROVIDER, else auto (as generate).",
 )
 @click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
 @click.option(
@@ -170,7 +170,7 @@ def serve(
     max_inputs: int,
     max_chars: int,
     timeout_s: float,
-    provider: str,
+    provider: str | None,
     threads: int | None,
     variant: str | None,
     batching: str,
@@ -208,7 +208,7 @@ def serve(
         _require("ray", "ray")
         from .serve.ray_run import run_ray
 
-        args = {"bundle": str(bundle.resolve()), "provider": provider,
+        args = {"bundle": str(bundle.resolve()), "provider": provider or default_provider(),
                 "max_batch": max_batch, "max_wait_ms": max_wait_ms, "max_inputs": max_inputs,
                 "max_chars": max_chars, "max_queue": max_queue, "replicas": replicas}  # fmt: skip
         if variant is not None:

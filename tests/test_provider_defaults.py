@@ -111,3 +111,21 @@ def test_provider_list_refuses_what_onnxruntime_does_not_offer(runtime_case) -> 
     gen = Generator.load(runtime_case.bundle, providers=[CPU_EP], threads=1)
     assert gen.device == "cpu"
     assert gen.step_model.decoder.get_providers() == [CPU_EP]
+
+
+def test_serve_takes_the_default_provider_as_generate_does(monkeypatch, capsys) -> None:
+    """`edgeseq serve` without --provider leaves the choice to $EDGESEQ_PROVIDER (else auto),
+    as `edgeseq generate` does; a bad value is one error line."""
+    seen: list = []
+    real = Generator.load
+
+    def load(bundle, providers=None, **_):
+        seen.append(providers)
+        return real(bundle, providers=providers, threads=1)
+
+    monkeypatch.setattr(Generator, "load", load)
+    monkeypatch.setenv("EDGESEQ_PROVIDER", "bogus")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["serve", "g2p-en", "--port", "0"])
+    assert exit_info.value.code == 1 and seen == [None]
+    assert capsys.readouterr().err.startswith("error: EDGESEQ_PROVIDER='bogus' is not a provider")
