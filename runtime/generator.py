@@ -13,9 +13,10 @@ not run: its Result has empty text and `skipped` "empty" or "unknown" (see `Sour
 Batching is fixed by the input order alone: inputs are taken `batch_size` at a time, and the
 inputs of one group that are not skipped run as one engine batch; results come back in input
 order. The CLI and the server batch the same way, so equal inputs and options give equal
-outputs everywhere. With fp32 graphs the batch does not change a result; with int8 graphs
-it can (dynamic quantization scales activations per tensor, over the whole batch), which is
-why the policy is fixed. With `sample=True` each input draws from its own numpy Generator
+outputs everywhere. With fp32 graphs the batch does not change a result's tokens (its
+scores can move in the 7th significant digit: docs/runtime.md); with int8 graphs the
+tokens can change too (dynamic quantization scales activations per tensor, over the whole
+batch), which is why the policy is fixed. With `sample=True` each input draws from its own numpy Generator
 seeded by (seed, the input's token ids), so a seeded fp32 result depends only on the input
 and the options (identical inputs get identical samples; vary the seed for different draws).
 

@@ -78,3 +78,27 @@ def generate(port: int, inputs: list[str], options: dict | None = None) -> tuple
         port, "POST", "/v1/generate", {"inputs": inputs, "options": options or {}}
     )
     return status, body
+
+
+# Scores move in the 7th significant digit with the batch a row runs in (docs/runtime.md):
+# the server batches across requests, so its answers equal offline ones up to that.
+SCORE_TOLERANCE = 1e-5
+SCORE_KEYS = ("score", "logprob")
+
+
+def assert_same_json(got: Any, want: Any) -> None:
+    """Equal `generate --json` answers (lists of result objects, n-best included): every
+    field exactly, scores and log-probabilities within SCORE_TOLERANCE."""
+    if isinstance(want, dict):
+        assert isinstance(got, dict) and set(got) == set(want), (got, want)
+        for key, value in want.items():
+            if key in SCORE_KEYS:
+                assert abs(got[key] - value) <= SCORE_TOLERANCE, (key, got[key], value)
+            else:
+                assert_same_json(got[key], value)
+    elif isinstance(want, list):
+        assert isinstance(got, list) and len(got) == len(want), (got, want)
+        for g, w in zip(got, want, strict=True):
+            assert_same_json(g, w)
+    else:
+        assert got == want

@@ -217,22 +217,13 @@ def offline_json(generator: Generator, inputs: list[str], options: dict) -> list
             for i, t in enumerate(inputs, start=1)]  # fmt: skip
 
 
-def assert_same_json(got: list[dict], want: list[dict]) -> None:
-    """Equal result objects, scores within SCORE_TOLERANCE."""
-    assert len(got) == len(want)
-    for g, w in zip(got, want, strict=True):
-        for key in ("score", "logprob"):
-            assert abs(g.pop(key, 0.0) - w.pop(key, 0.0)) <= SCORE_TOLERANCE
-        assert g == w
-
-
 def test_the_server_answers_greedy_requests_by_steps_as_offline(generator) -> None:
     pytest.importorskip("starlette", reason="the serve extra is not installed")
     pytest.importorskip("uvicorn", reason="the serve extra is not installed")
     from concurrent.futures import ThreadPoolExecutor
 
     from prometheus_client.parser import text_string_to_metric_families
-    from serve_client import generate, request, running
+    from serve_client import assert_same_json, generate, request, running
 
     from edgeseq.runtime.serve.app import create_app
 
@@ -264,7 +255,7 @@ def test_serve_batching_flag_and_sigterm_drain(generator, steps_bundle, runtime_
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
 
-    from serve_client import EDGESEQ, generate, wait_ready
+    from serve_client import EDGESEQ, assert_same_json, generate, wait_ready
 
     command = [*EDGESEQ, "serve", "--provider", "cpu", "--threads", "1", "--port", "0"]
     refused = subprocess.run([*command, str(runtime_case.bundle), "--batching", "step"],
