@@ -96,9 +96,17 @@ def assert_same_json(got: Any, want: Any) -> None:
                 assert abs(got[key] - value) <= SCORE_TOLERANCE, (key, got[key], value)
             else:
                 assert_same_json(got[key], value)
-    elif isinstance(want, list):
-        assert isinstance(got, list) and len(got) == len(want), (got, want)
+    elif isinstance(want, (list, tuple)):
+        assert type(got) is type(want) and len(got) == len(want), (got, want)
         for g, w in zip(got, want, strict=True):
             assert_same_json(g, w)
     else:
         assert got == want
+
+
+def assert_same_results(got: list[Any], want: list[Any]) -> None:
+    """Equal `Generator.generate` results: every field exactly, scores and log-probabilities
+    (of the result and its n-best) within SCORE_TOLERANCE."""
+    from dataclasses import asdict
+
+    assert_same_json([asdict(r) for r in got], [asdict(r) for r in want])
