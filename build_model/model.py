@@ -22,6 +22,8 @@ from torch.nn import functional as F
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import InputTooLongError
 
+from .sublayers import make_ffn, make_norm
+
 Cache = tuple[Tensor, ...]  # one (B, H, T, dh) tensor per decoder layer
 
 
@@ -141,30 +143,12 @@ class MultiHeadAttention(nn.Module):
         return self.attend(self.split(self.w_q(x)), k, v, keep), k, v
 
 
-ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "silu": nn.SiLU}  # ModelConfig.activation
-
-
-class FeedForward(nn.Module):
-    """W₂ act(W₁ x + b₁) + b₂, act = ReLU (the paper), GELU (exact, erf) or SiLU (swish)."""
-
-    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
-        super().__init__()
-        self.w_1 = nn.Linear(d_model, d_ff)
-        self.w_2 = nn.Linear(d_ff, d_model)
-        self.act = ACTIVATIONS[activation]()
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x: Tensor) -> Tensor:
-        """(B, T, D) -> (B, T, D)."""
-        return self.w_2(self.dropout(self.act(self.w_1(x))))
-
-
 class Sublayer(nn.Module):
     """Add & norm around f: post-norm LN(x + f(x)) or pre-norm x + f(LN(x))."""
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps)
+        self.norm = make_norm(cfg)  # LayerNorm or RMSNorm (cfg.norm_type), (..., D)
         self.pre = cfg.norm == "pre"
         self.dropout = nn.Dropout(cfg.dropout)
 
@@ -184,7 +168,7 @@ class EncoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.ffn = make_ffn(cfg)  # plain or gated (cfg.ffn), (B, T, D) -> (B, T, D)
         self.sub_attn, self.sub_ffn = Sublayer(cfg), Sublayer(cfg)
 
     def forward(self, x: Tensor, keep: Tensor) -> Tensor:
@@ -213,7 +197,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, cfg.dropout, cfg.activation)
+        self.ffn = make_ffn(cfg)  # plain or gated (cfg.ffn), (B, T, D) -> (B, T, D)
         self.sub_self, self.sub_cross, self.sub_ffn = Sublayer(cfg), Sublayer(cfg), Sublayer(cfg)
 
     def forward(
@@ -252,8 +236,8 @@ class Seq2SeqTransformer(nn.Module):
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
         # Pre-norm needs a final LayerNorm on each stack; nn.Transformer has one in post-norm too.
         final = cfg.has_final_norm
-        self.encoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if final else None
-        self.decoder_norm = nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if final else None
+        self.encoder_norm = make_norm(cfg) if final else None
+        self.decoder_norm = make_norm(cfg) if final else None
         self.output = nn.Linear(cfg.d_model, cfg.tgt_vocab_size, bias=cfg.has_output_bias)
         if cfg.tie_output:
             self.output.weight = self.tgt_embed.weight
@@ -362,7 +346,7 @@ def init_linears(model: nn.Module, skip: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-def final_norm(cfg: ModelConfig) -> nn.LayerNorm | None:
-    """The LayerNorm that ends a stack when `cfg.has_final_norm` (pre-norm stacks by default;
-    post-norm ones are already normalised unless `final_norm` asks for one)."""
-    return nn.LayerNorm(cfg.d_model, eps=cfg.layer_norm_eps) if cfg.has_final_norm else None
+def final_norm(cfg: ModelConfig) -> nn.Module | None:
+    """The norm (`make_norm`) that ends a stack when `cfg.has_final_norm` (pre-norm stacks by
+    default; post-norm ones are already normalised unless `final_norm` asks for one)."""
+    return make_norm(cfg) if cfg.has_final_norm else None

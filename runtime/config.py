@@ -18,13 +18,18 @@ from .errors import ConfigError
 
 POSITIONAL_CHOICES = ("sinusoidal", "sinusoidal-halves", "learned")
 NORM_CHOICES = ("post", "pre")
-ACTIVATION_CHOICES = ("relu", "gelu", "silu")
+ACTIVATION_CHOICES = ("relu", "gelu", "gelu-tanh", "silu")
+NORM_TYPE_CHOICES = ("layer", "rms")
+FFN_CHOICES = ("plain", "gated")
 ARCHITECTURE_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 
 
 # Fields added for imported models (export/sources); omitted from to_dict() at these defaults.
 IMPORT_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "final_norm": None, "output_bias": None}
 IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
+# Block options (T5 v1.1's RMS norm and gated feed-forward); omitted at these defaults too.
+BLOCK_DEFAULTS: dict[str, Any] = {"norm_type": "layer", "ffn": "plain"}
+OPTIONAL_DEFAULTS = {**IMPORT_DEFAULTS, **BLOCK_DEFAULTS}
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
 
@@ -48,7 +53,8 @@ class ModelConfig:
     positional: str = "sinusoidal"  # "sinusoidal" (the paper's, sin/cos interleaved) |
     # "sinusoidal-halves" (Marian's: [sin half | cos half]) | "learned" (any table, stored)
     norm: str = "post"  # "post": x = LN(x + f(x)) as in the paper | "pre": x = x + f(LN(x))
-    activation: str = "relu"  # FFN non-linearity: "relu" | "gelu" | "silu" (Marian's swish)
+    activation: str = "relu"  # FFN non-linearity: "relu" | "gelu" (erf) | "gelu-tanh" (its
+    # tanh approximation, T5 v1.1's gelu_new) | "silu" (Marian's swish)
     tie_output: bool = False  # output projection shares the target embedding matrix
     layer_norm_eps: float = 1e-5
     pad_id: int = 0  # special token ids (the same in source and target vocabularies)
@@ -61,6 +67,9 @@ class ModelConfig:
     scale_embedding: bool = True  # token embeddings x sqrt(d_model) (nn.Transformer users may not)
     final_norm: bool | None = None  # LayerNorm after each stack; None: in pre-norm only
     output_bias: bool | None = None  # output projection has a bias; None: when not tie_output
+    # Block options (docs/blocks.md), encoder-decoder only; omitted by to_dict() at defaults.
+    norm_type: str = "layer"  # every norm: "layer" (LayerNorm) | "rms" (x / rms(x) * w, T5's)
+    ffn: str = "plain"  # "plain": W2 act(W1 x) | "gated": W2 (act(W1 x) * W3 x), T5 v1.1's
 
     @property
     def d_head(self) -> int:
@@ -109,6 +118,8 @@ class ModelConfig:
             ("norm", NORM_CHOICES),
             ("activation", ACTIVATION_CHOICES),
             ("architecture", ARCHITECTURE_CHOICES),
+            ("norm_type", NORM_TYPE_CHOICES),
+            ("ffn", FFN_CHOICES),
         ):
             if getattr(self, name) not in choices:
                 out.append(
@@ -128,7 +139,9 @@ class ModelConfig:
         for name in ("final_norm", "output_bias"):
             if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
                 out.append(f"{name} must be true, false or null, got {getattr(self, name)!r}")
-        changed = [name for name in IMPORT_FIELDS if getattr(self, name) != IMPORT_DEFAULTS[name]]
+        changed = [
+            name for name, default in OPTIONAL_DEFAULTS.items() if getattr(self, name) != default
+        ]
         if self.architecture != "encoder-decoder" and changed:
             out.append(
                 f"{', '.join(changed)} apply to the encoder-decoder only; a "
@@ -157,11 +170,12 @@ class ModelConfig:
         return self
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every field, less the import fields (IMPORT_FIELDS) at their
-        defaults: a model that does not use them keeps the config.json it always had."""
+        """Plain dict of every field, less the import fields and block options
+        (OPTIONAL_DEFAULTS) at their defaults: a model that does not use them keeps the
+        config.json it always had."""
         data = asdict(self)
-        for name in IMPORT_FIELDS:
-            if data[name] is IMPORT_DEFAULTS[name]:  # True or None: singletons
+        for name, default in OPTIONAL_DEFAULTS.items():
+            if type(data[name]) is type(default) and data[name] == default:  # not 1 for True
                 del data[name]
         return data
 
