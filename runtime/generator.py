@@ -36,9 +36,9 @@ from .bundle import Bundle, load_bundle
 from .config import ModelConfig
 from .errors import InputTooLongError, OptionsError
 from .graph_search import (
-    AUTO_GRAPH_MAX_HYPOTHESES,
     SEARCH_MODES,
     GraphSearch,
+    auto_graph_max_hypotheses,
     unsupported_reason,
 )
 from .kinds import generator_class
@@ -156,9 +156,9 @@ class Generator:
         """Whether `generate` runs an engine batch of `rows` inputs (default
         options.batch_size) in the one-graph variant: with search "graph" whenever it is
         loaded and supports the options (no sampling); with "auto" also only while rows x
-        beam_size <= AUTO_GRAPH_MAX_HYPOTHESES (larger batches run on the loop, which drops
-        finished inputs: docs/bench.md). Search "graph" with options it cannot run raises
-        OptionsError."""
+        beam_size <= `graph_search.auto_graph_max_hypotheses` of the bundle's config (a
+        step-compute budget: larger batches and models run on the loop, which drops finished
+        inputs). Search "graph" with options it cannot run raises OptionsError."""
         if not self.has_graph_search or self.search_mode == "loop":
             return False
         reason = unsupported_reason(options)
@@ -167,7 +167,7 @@ class Generator:
         if reason is not None:
             return False
         held = (options.batch_size if rows is None else rows) * options.beam_size
-        return self.search_mode == "graph" or held <= AUTO_GRAPH_MAX_HYPOTHESES
+        return self.search_mode == "graph" or held <= auto_graph_max_hypotheses(self.config)
 
     @property
     def config(self) -> ModelConfig:

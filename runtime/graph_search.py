@@ -38,12 +38,33 @@ from .search import (
 )
 
 SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` takes
-# Search "auto" runs an engine batch in the graph only up to this many hypotheses (inputs x
-# beam_size). The operator keeps every row until the whole batch is done and copies the whole
-# cache each step, where the loop drops finished inputs; per step it saves the Python loop's
-# fixed cost. Measured (benchmarks/vs_ctranslate2.py --graph, g2p-en, 1 thread): the graph is
-# faster at 1-8 hypotheses, level or slower at 16 and beyond, fp32 and int8 (docs/bench.md).
-AUTO_GRAPH_MAX_HYPOTHESES = 8
+# Search "auto" runs an engine batch in the graph only while hypotheses (inputs x beam_size) x
+# `step_macs` stays within this. Per decoder step the graph saves the loop's fixed Python cost
+# and keeps every row until the whole batch is done (the loop drops finished inputs), so it
+# pays off only while a step's compute is small. Measured with benchmarks/graph_vs_loop.py (1
+# thread, AVX-512 EPYC, docs/experiments.md): g2p-en (6.4 M MACs per hypothesis) graph / loop
+# 1.00-1.41x at 1-8 hypotheses, 0.87-0.95x at 16-32, fp32 and int8: the limit is g2p-en's 8
+# hypotheses (51.5 M), short of 9 (58 M). random-d512 (26 M MACs; 8,000-token vocabulary,
+# 64-token outputs) then takes the graph at 1-2 hypotheses (greedy batch 1-2, measured
+# level or ahead) and the loop from beam 4 batch 1 on (vs_ctranslate2.py: graph 0.82x vs
+# loop 1.56x of CTranslate2 fp32; graph_vs_loop.py, noisier, 0.97-1.14x).
+AUTO_GRAPH_MAX_STEP_MACS = 55_000_000
+
+
+def step_macs(config: ModelConfig) -> int:
+    """Multiply-accumulates of one decoder step for one hypothesis, from the bundle's shape:
+    per layer the self-attention's four d_model x d_model projections, the cross-attention's
+    query and output projections and the feed-forward's two d_model x d_ff; then the output
+    projection over the target vocabulary (attention over the cache left out)."""
+    d = config.d_model
+    per_layer = 6 * d * d + 2 * d * config.d_ff
+    return config.n_decoder_layers * per_layer + d * config.tgt_vocab_size
+
+
+def auto_graph_max_hypotheses(config: ModelConfig) -> int:
+    """The most hypotheses (inputs x beam_size) of an engine batch that search "auto" runs in
+    the one-graph variant for a model of `config`; 0 when it never does."""
+    return AUTO_GRAPH_MAX_STEP_MACS // step_macs(config)
 
 
 def unsupported_reason(options: GenerationOptions) -> str | None:

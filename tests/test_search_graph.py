@@ -15,9 +15,11 @@ from click.testing import CliRunner
 from edgeseq.cli.main import cli
 from edgeseq.export.report import search_parity_rows
 from edgeseq.runtime import constants as C
+from edgeseq.runtime import graph_search
+from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError, OptionsError, ParityError
 from edgeseq.runtime.generator import Generator
-from edgeseq.runtime.graph_search import AUTO_GRAPH_MAX_HYPOTHESES
+from edgeseq.runtime.graph_search import auto_graph_max_hypotheses, step_macs
 from edgeseq.runtime.search import GenerationOptions, search
 
 TEXTS = ["abc", "j", "hgfedcba", "aaaaaaaaaaaaaaaaaaa", "bad", "cafebabe", "", "abcdefghij"]
@@ -91,7 +93,8 @@ def test_generator_graph_path_equals_the_loop(
     graph_gen: Generator, loop_gen: Generator, options: GenerationOptions
 ) -> None:
     # engine batches small enough for search "auto" to take the graph
-    options = replace(options, batch_size=max(1, AUTO_GRAPH_MAX_HYPOTHESES // options.beam_size))
+    limit = auto_graph_max_hypotheses(graph_gen.config)
+    options = replace(options, batch_size=max(1, min(8, limit // options.beam_size)))
     assert graph_gen.uses_graph(options) and not loop_gen.uses_graph(options)
     graph, loop = graph_gen.generate(TEXTS, options), loop_gen.generate(TEXTS, options)
     for g, lp in zip(graph, loop, strict=True):
@@ -107,7 +110,11 @@ def test_auto_takes_the_graph_for_small_engine_batches_only(
     search_bundle: Path, graph_gen: Generator, loop_gen: Generator, monkeypatch
 ) -> None:
     strict = Generator.load(search_bundle, providers="cpu", threads=1, search="graph")
-    limit = AUTO_GRAPH_MAX_HYPOTHESES
+    # this tiny model's steps are cheap: give it a budget of 8 hypotheses, as g2p-en has
+    budget = 8 * step_macs(graph_gen.config)
+    monkeypatch.setattr(graph_search, "AUTO_GRAPH_MAX_STEP_MACS", budget)
+    limit = auto_graph_max_hypotheses(graph_gen.config)
+    assert limit == 8
     for beam in (1, 4):
         options = GenerationOptions(beam_size=beam)
         assert graph_gen.uses_graph(options, limit // beam)
@@ -127,6 +134,22 @@ def test_auto_takes_the_graph_for_small_engine_batches_only(
     with pytest.raises(RuntimeError, match="the graph ran"):  # 2 x 4 = 8: the graph
         graph_gen.generate(six, replace(options, batch_size=2))
     assert calls == [2]
+
+
+def test_auto_rule_follows_the_step_compute() -> None:
+    """g2p-en's shape takes the graph up to 8 hypotheses; random-d512's (8,000-token
+    vocabulary) only greedy at batch 1-2; a wider or deeper model never more than a narrower."""
+    g2p = ModelConfig(src_vocab_size=31, tgt_vocab_size=73, n_decoder_layers=7, d_ff=1024)
+    d512 = ModelConfig(
+        src_vocab_size=8000, tgt_vocab_size=8000, d_model=512, d_ff=2048, n_decoder_layers=6
+    )
+    assert step_macs(g2p) == 7 * (6 * 256 * 256 + 2 * 256 * 1024) + 256 * 73
+    assert auto_graph_max_hypotheses(g2p) == 8
+    assert auto_graph_max_hypotheses(d512) == 2
+    assert auto_graph_max_hypotheses(replace(d512, tgt_vocab_size=2000)) == 2
+    assert auto_graph_max_hypotheses(replace(d512, d_model=1024, d_ff=4096)) == 0
+    deeper = replace(g2p, n_decoder_layers=12)
+    assert auto_graph_max_hypotheses(deeper) < auto_graph_max_hypotheses(g2p)
 
 
 def test_ort_format_search_graph_equals_the_loop(search_bundle: Path) -> None:
