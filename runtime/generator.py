@@ -16,9 +16,10 @@ order. The CLI and the server batch the same way, so equal inputs and options gi
 outputs everywhere. With fp32 graphs the batch does not change a result's tokens (its
 scores can move in the 7th significant digit: docs/runtime.md); with int8 graphs the
 tokens can change too (dynamic quantization scales activations per tensor, over the whole
-batch), which is why the policy is fixed. With `sample=True` each input draws from its own numpy Generator
-seeded by (seed, the input's token ids), so a seeded fp32 result depends only on the input
-and the options (identical inputs get identical samples; vary the seed for different draws).
+batch), which is why the policy is fixed. With `sample=True` each input draws from its own
+numpy Generator seeded by (seed, the input's token ids), so a seeded fp32 result depends only
+on the input and the options (identical inputs get identical samples; vary the seed for
+different draws).
 
 A `Generator` is safe to share between threads: onnxruntime sessions may run concurrently
 and every call keeps its state local.
