@@ -89,10 +89,12 @@ def bundle_config(
     graphs: dict[str, GraphInfo],
     task: dict[str, Any] | None,
     kind: str | None = None,
+    languages: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The content of a bundle's config.json (see docs/bundle.md): `graphs` maps each graph's
     role ("encoder", "decoder"; "model" for one-graph kinds) to its export info; `kind`
-    ("gpt", "bert") is written for one-graph bundles."""
+    ("gpt", "bert") is written for one-graph bundles, `languages` for a multilingual model
+    (runtime/languages.py)."""
     ids = {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
     tokens = dict(zip(ids, C.SPECIAL_TOKENS, strict=True))
     config = {
@@ -102,6 +104,7 @@ def bundle_config(
         "tokenizers": {"source": tokenizer_files[0], "target": tokenizer_files[-1]},
         "task": portable_task(task),
     }
+    config |= {"languages": languages} if languages else {}
     return config | ({"kind": kind} if kind else {})
 
 

@@ -25,6 +25,7 @@ from .builtin import resolve_bundle
 from .config import ModelConfig
 from .errors import BundleError, ConfigError, TokenizerError
 from .graph_variants import read_graph_variants
+from .languages import Languages
 from .manifest import check_files, check_inside, read_manifest
 from .tokenizer import Tokenizer, TokenizerPair
 from .vocabulary import check_vocabulary
@@ -48,6 +49,7 @@ class Bundle:
     task: dict[str, Any] | None = None  # what the model was trained on, when recorded
     # extra graphs (runtime/graph_variants.py): variant key -> {precision: graph path}
     graph_variants: dict[str, dict[str, Path]] = dataclass_field(default_factory=dict)
+    languages: Languages | None = None  # a multilingual model's codes (runtime/languages.py)
 
     @property
     def default_variant(self) -> str:
@@ -193,7 +195,11 @@ def load_bundle(path: str | Path) -> Bundle:
     graphs = {p for pair in variants.values() for p in pair}
     graphs |= {p for by_precision in extra.values() for p in by_precision.values()}
     check_vocabulary(path, manifest, files, sorted(graphs))
-    return Bundle(path, config, tokenizers, manifest, variants, data.get("task"), extra)
+    try:
+        languages = Languages.from_config(data.get("languages"), tokenizers.target)
+    except BundleError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+    return Bundle(path, config, tokenizers, manifest, variants, data.get("task"), extra, languages)
 
 
 def check_tokenizers(path: Path, config: ModelConfig, tokenizers: TokenizerPair) -> None:

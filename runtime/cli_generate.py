@@ -120,7 +120,7 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None) -> list[InputLin
 
 
 def encode_inputs(
-    generator: Generator, lines: list[InputLine], truncate: bool
+    generator: Generator, lines: list[InputLine], truncate: bool, source_lang: str | None = None
 ) -> dict[int, Source]:
     """Encode every input up front (so an over-long line fails before any output); print
     one warning each for replaced bytes, inputs with no known symbol, unknown symbols and
@@ -128,7 +128,7 @@ def encode_inputs(
     sources: dict[int, Source] = {}
     for index, line in enumerate(lines):
         try:
-            sources[index] = generator.encode(line.text, truncate)
+            sources[index] = generator.encode(line.text, truncate, source_lang)
         except InputTooLongError:
             length = len(generator.tokenizers.source.encode(line.text)) + 1
             raise InputTooLongError(
@@ -223,6 +223,10 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     "(inputs x beam), else in the Python loop; graph: insist on "
     "the variant; loop: always the Python loop. Sampling and --stream use the loop.",
 )
+@click.option(
+    "--target-lang", default=None, help="Target language code of a multilingual model's list."
+)
+@click.option("--source-lang", default=None, help="Source language code (default: the model's).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
 @click.option(
     "--truncate", is_flag=True, help="Cut over-long inputs to max_len instead of failing."
@@ -248,6 +252,8 @@ def generate(
     threads: int | None,
     variant: str | None,
     search_mode: str,
+    target_lang: str | None,
+    source_lang: str | None,
     as_json: bool,
     truncate: bool,
     stream: bool,
@@ -277,12 +283,16 @@ def generate(
         seed=seed,
         batch_size=batch_size,
         truncate=truncate,
+        source_lang=source_lang,
+        target_lang=target_lang,
     )
     generator = Generator.load(
         bundle, providers=provider, threads=threads, variant=variant, search=search_mode
     )
+    options = generator.resolve(options)  # the model's default languages; unknown codes
     lines = read_inputs(texts, input_file)
-    encode_inputs(generator, lines, truncate)  # checks and warnings before any output
+    # checks and warnings before any output
+    encode_inputs(generator, lines, truncate, options.source_lang)
     if stream:
         for line in lines:
             for piece in generator.stream(line.text, options):

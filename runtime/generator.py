@@ -43,8 +43,10 @@ from .graph_search import (
     unsupported_reason,
 )
 from .kinds import generator_class
+from .languages import no_languages
 from .lazy import Lazy
 from .padding import right_pad
+from .prefix import forced
 from .providers import Providers, check_providers
 from .results import Candidate, Result, Source
 from .search import (
@@ -196,22 +198,48 @@ class Generator:
         )
         return ids, unknown
 
-    def encode(self, text: str, truncate: bool = False) -> Source:
-        """Token ids of normalised `text` plus `</s>`. Longer than max_len:
-        InputTooLongError, or with `truncate` the tokens are cut so that tokens + `</s>` fill
-        max_len. No known symbol: a Source marked `skipped` (never too long)."""
+    def encode(self, text: str, truncate: bool = False, source_lang: str | None = None) -> Source:
+        """Token ids of normalised `text` plus `</s>`, after the source language's token for
+        a multilingual model (`source_lang`, default the model's). Longer than max_len:
+        InputTooLongError, or with `truncate` the tokens are cut so that they fill max_len.
+        No known symbol: a Source marked `skipped` (never too long)."""
         ids, unknown = self.tokenize(text)
-        limit = self.config.max_len
+        prefix = self._source_prefix(source_lang)
+        limit = self.config.max_len - len(prefix)
+        eos = self.config.eos_id
         if not ids or len(unknown) == len(ids):
             skipped = "unknown" if ids else "empty"
-            return Source((*ids[: limit - 1], self.config.eos_id), False, unknown, skipped)
+            return Source((*prefix, *ids[: limit - 1], eos), False, unknown, skipped)
         truncated = len(ids) + 1 > limit
         if truncated and not truncate:
             raise InputTooLongError(
-                f"input has {len(ids) + 1} source tokens with </s> but the model's max_len is "
-                f"{limit}; shorten it or pass truncate=True"
+                f"input has {len(prefix) + len(ids) + 1} source tokens with </s> but the "
+                f"model's max_len is {self.config.max_len}; shorten it or pass truncate=True"
             )
-        return Source((*ids[: limit - 1], self.config.eos_id), truncated, unknown)
+        return Source((*prefix, *ids[: limit - 1], eos), truncated, unknown)
+
+    def _source_prefix(self, source_lang: str | None) -> list[int]:
+        languages = self.bundle.languages
+        if languages is None:
+            no_languages(GenerationOptions(source_lang=source_lang))
+            return []
+        return languages.source_prefix_ids(source_lang)
+
+    def resolve(self, options: GenerationOptions) -> GenerationOptions:
+        """`options` with the model's default languages filled in; OptionsError (one line)
+        for a language the model does not have, or any language for a model without a
+        language list. generate, stream and the server call it first."""
+        if self.bundle.languages is None:
+            no_languages(options)
+            return options
+        return self.bundle.languages.resolve(options)
+
+    def search_model(self, options: GenerationOptions) -> StepModel:
+        """The loop's step model for resolved `options`, forcing the target language."""
+        model = self.loop_model(options)
+        if self.bundle.languages is None:
+            return model
+        return forced(model, [self.bundle.languages.target_prefix(options.target_lang)])
 
     def _padded(self, sources: Sequence[Source]) -> np.ndarray:
         """Right-padded int64 (B, S_max) of sources' ids."""
@@ -229,11 +257,11 @@ class Generator:
         over-long input (index from 0) unless options.truncate."""
         if isinstance(texts, str):
             raise OptionsError("generate() takes a list of texts; wrap a single text in [ ]")
-        options = options or GenerationOptions()
+        options = self.resolve(options or GenerationOptions())
         sources = []
         for index, text in enumerate(texts):
             try:
-                sources.append(self.encode(text, options.truncate))
+                sources.append(self.encode(text, options.truncate, options.source_lang))
             except InputTooLongError as exc:
                 raise InputTooLongError(f"input {index}: {exc}") from None
         self.uses_graph(options)  # search "graph" refuses options it cannot run, up front
@@ -249,7 +277,7 @@ class Generator:
             hyps, unsure = graph.run(self._padded(batch), options) if graph else (None, [])
             if hyps is None or (any(unsure) and self.search_mode == "auto"):
                 # the loop's answer where the graph's could differ (graph_search.may_differ)
-                hyps = search(self.loop_model(options), self._padded(batch), options, rngs)
+                hyps = search(self.search_model(options), self._padded(batch), options, rngs)
             for i, row_hyps in zip(rows, hyps, strict=True):
                 nbest = tuple(self._candidate(h) for h in row_hyps)
                 best = nbest[0]
@@ -268,13 +296,13 @@ class Generator:
         """Yield the text pieces of one input's output as tokens are chosen (greedy or
         sampling; beam search decides only at the end). The pieces join to the text of
         `generate([text], options)[0]`. Errors (too long, beam) raise at the call."""
-        options = options or GenerationOptions()
+        options = self.resolve(options or GenerationOptions())
         if options.method == "beam":
             raise OptionsError(
                 "stream() yields each token as it is chosen, which beam search cannot do: "
                 "use beam_size=1 (greedy or sampling), or generate()"
             )
-        source = self.encode(text, options.truncate)
+        source = self.encode(text, options.truncate, options.source_lang)
         if source.skipped:
             return iter(())
         if options.sample:
@@ -289,7 +317,8 @@ class Generator:
     ) -> Iterator[str]:
         tokens: list[int] = []
         emitted = ""
-        steps = decode_steps(self.step_model, src_ids, options.max_new_tokens, choose)
+        model = self.search_model(options) if self.step_model is not None else self.step_model
+        steps = decode_steps(model, src_ids, options.max_new_tokens, choose)
         for _, next_ids, _ in steps:
             token = int(next_ids[0])
             if token == self.config.eos_id:

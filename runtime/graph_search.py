@@ -71,6 +71,8 @@ def unsupported_reason(options: GenerationOptions) -> str | None:
     """Why the one-graph variant cannot run `options`, or None when it can."""
     if options.sample:
         return "sampling runs on the Python loop (onnxruntime's Sampling refuses encoder-decoders)"
+    if options.target_lang:
+        return "a target language is forced on the Python loop (runtime/prefix.py)"
     return None
 
 

@@ -50,6 +50,8 @@ class GenerationOptions:
     seed: int | None = None  # sampling: same seed + same input -> same output
     batch_size: int = 32  # inputs per engine batch, in input order (int8: may change results)
     truncate: bool = False  # cut over-long sources to max_len instead of raising
+    source_lang: str | None = None  # a multilingual model's code (runtime/languages.py)
+    target_lang: str | None = None  # its code forced as the first token (runtime/prefix.py)
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -92,6 +94,9 @@ class GenerationOptions:
             out.append(f"top_p must be in (0, 1], got {self.top_p!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
             out.append(f"seed must be a non-negative integer, got {self.seed!r}")
+        for name, value in (("source_lang", self.source_lang), ("target_lang", self.target_lang)):
+            if value is not None and (not isinstance(value, str) or not value):
+                out.append(f"{name} must be a language code (a string), got {value!r}")
         if self.sample and isinstance(self.beam_size, int) and self.beam_size > 1:
             out.append("sampling and beam search exclude each other: use sample or beam_size > 1")
         if not self.sample:
@@ -321,6 +326,8 @@ def beam_search(
             item = row_input[start]
             first, alive = len(keep_rows), 0
             for rank, (index, value) in enumerate(zip(top, values, strict=True)):
+                if value == -math.inf:  # a token a forced prefix rules out (runtime/prefix.py)
+                    break
                 row, column = start + index // width, index % width
                 token = column if ids is None else int(ids[row, column])
                 if token == model.eos_id:

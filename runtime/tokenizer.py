@@ -168,7 +168,8 @@ class Tokenizer:
         return right_pad(rows, self.pad_id)
 
     def decode(self, ids: Iterable[int]) -> str:
-        """Text of `ids`, dropping special tokens (and everything after `</s>`)."""
+        """Text of `ids`, dropping special tokens (`<pad>` `<s>` `<unk>`, an imported model's
+        language codes) and everything after `</s>`."""
         kept: list[int] = []
         for i in ids:
             i = int(i)
@@ -176,7 +177,7 @@ class Tokenizer:
                 break
             if i >= len(SPECIAL_TOKENS):
                 kept.append(i)
-        return self.hf.decode(kept, skip_special_tokens=False)
+        return self.hf.decode(kept, skip_special_tokens=True)  # language codes are special
 
     def id_to_token(self, i: int) -> str:
         """The token string of id `i`."""

@@ -33,7 +33,12 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 # Adapter name (what `--source` accepts) -> module, in the order `open_source` tries them
 # when no adapter is named.
-ADAPTER_MODULES = {"checkpoint": "checkpoint", "torch": "torch_module", "marian": "marian"}
+ADAPTER_MODULES = {
+    "checkpoint": "checkpoint",
+    "torch": "torch_module",
+    "marian": "marian",
+    "m2m_100": "m2m_100",
+}
 ADAPTERS = tuple(ADAPTER_MODULES)
 
 
@@ -56,6 +61,9 @@ class SourceReference(Protocol):
         (parity then decodes greedily with `logits`)."""
         ...
 
+    # Optional: `target_prefix`, a tuple of edgeseq ids the source forces as the first
+    # generated tokens (a target language); parity forces them in edgeseq's search too.
+
 
 @dataclass
 class SourceModel:
@@ -68,6 +76,8 @@ class SourceModel:
     description: str  # one line: what was loaded
     reference: SourceReference | None = None  # None: the model is the source (edgeseq)
     weights: tuple[Path, ...] = ()  # the files its weights were read from (sizes in reports)
+    # the model's languages as the bundle records them (docs/bundle.md), None without any
+    languages: dict[str, Any] | None = None
 
 
 def adapter_module(name: str) -> ModuleType:

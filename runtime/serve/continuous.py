@@ -345,7 +345,9 @@ class SplitBatcher:
     ) -> Future:
         """Queue a request with the batcher that runs it; QueueFullError when both queues
         together cannot take `len(texts)` more inputs."""
-        target = self.steps if options.method == "greedy" else self.requests
+        # the step batcher runs one decoder prefix for every row: no language options
+        plain = options.method == "greedy" and not (options.source_lang or options.target_lang)
+        target = self.steps if plain else self.requests
         return target.submit(texts, options, timeout_s, tokens)
 
     def close(self, timeout_s: float | None = None) -> None:

@@ -5,6 +5,7 @@ Request body (JSON):
 
     {"inputs": ["hello", "world"],
      "options": {"beam_size": 4, "n_best": 2}}       # any GenerationOptions field but batch_size
+                                                     # ("target_lang": "fra_Latn", ...)
 
 Answer: `{"results": [...]}`, one object per input in order, each exactly what
 `edgeseq generate --json` prints for it (runtime/results.py): `index` counts from 1, and an
@@ -90,12 +91,15 @@ def parse_generate(body: bytes, generator: Generator, limits: Limits) -> Generat
             raise RequestError(
                 413, f"input {index} has {len(text)} characters, at most {limits.max_chars}"
             )
-    options = parse_options(payload.get("options", {}))
+    try:
+        options = generator.resolve(parse_options(payload.get("options", {})))
+    except OptionsError as exc:
+        raise RequestError(422, str(exc)) from None
     to_run = [i for i, text in enumerate(inputs) if text or generator.runs_empty_input]
     tokens = 0
     for i in to_run:
         try:
-            tokens += len(generator.encode(inputs[i], options.truncate).ids)
+            tokens += len(generator.encode(inputs[i], options.truncate, options.source_lang).ids)
         except InputTooLongError:
             length = len(generator.tokenizers.source.encode(inputs[i])) + 1
             raise RequestError(

@@ -36,7 +36,7 @@ def export(source: SourceModel, out: str | Path, options: ExportOptions) -> dict
     held = held_out(source, options) if options.verify else None
     return write_bundle(
         source.model, source.tokenizers, out, options, task=source.task, held=held,
-        reference=source.reference,
+        reference=source.reference, languages=source.languages,
     )  # fmt: skip
 
 

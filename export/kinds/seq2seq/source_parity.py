@@ -30,6 +30,7 @@ import torch
 
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.padding import right_pad
+from edgeseq.runtime.prefix import forced
 from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel
 
@@ -68,6 +69,8 @@ class ReferenceStep:
         self.reference = reference
         self.max_len, self.vocab_size = config.max_len, config.tgt_vocab_size
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
+        # tokens the source forces first (a target language), forced in edgeseq's search too
+        self.target_prefix = tuple(getattr(reference, "target_prefix", ()))
 
     def start(self, src_ids: np.ndarray) -> ReferenceState:
         """Remember the sources int64 (B, S); no token fed yet."""
@@ -95,7 +98,7 @@ def _logit_levels(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Levels 1 (one call over every position) and 2 (cached steps) on `sources`."""
     src = right_pad(sources, engine.pad_id)
-    greedy = greedy_search(engine, src, limit)
+    greedy = greedy_search(forced(engine, [reference.target_prefix]), src, limit)
     fed = [[engine.bos_id, *ids][: engine.max_len] for ids in greedy]  # what search fed
     tgt_in = right_pad(fed, engine.pad_id)
     real = np.zeros(tgt_in.shape, dtype=bool)
@@ -147,8 +150,8 @@ def _sequences(
         want = reference.reference.generate(chunk, beam_size, limit)
         own = want is not None
         if want is None:
-            want = _best(reference, src, beam_size, limit)
-        have = _best(engine, src, beam_size, limit)
+            want = _best(reference, src, beam_size, limit, reference.target_prefix)
+        have = _best(engine, src, beam_size, limit, reference.target_prefix)
         for offset, (a, b) in enumerate(zip(want, have, strict=True)):
             if list(a) == list(b):
                 identical += 1
@@ -170,7 +173,10 @@ def _sequences(
     }
 
 
-def _best(model: StepModel, src: np.ndarray, beam_size: int, limit: int) -> list[list[int]]:
+def _best(
+    model: StepModel, src: np.ndarray, beam_size: int, limit: int, prefix: tuple[int, ...]
+) -> list[list[int]]:
+    model = forced(model, [prefix])
     if beam_size == 1:
         return greedy_search(model, src, limit)
     return [list(h[0].tokens) for h in beam_search(model, src, beam_size, limit)]

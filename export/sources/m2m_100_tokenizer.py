@@ -1,0 +1,148 @@
+"""The tokenizer of an M2M-100 / NLLB checkpoint as a `tokenizers` object in edgeseq ids,
+and its language list, so that the runtime needs neither transformers nor sentencepiece.
+
+    tokenizer, languages, padded = m2m_tokenizer(checkpoint_dir, vocab_size)
+    languages["codes"]["fra_Latn"]     # the edgeseq id of the language token
+    matched, total = check_ids(checkpoint_dir, tokenizer, texts)   # vs transformers' ids
+
+The checkpoint's tokenizer.json (NllbTokenizer's `save_pretrained` writes one) is
+renumbered by renumber.py: `<s>` 0 and `<pad>` 1 swap places, every other id stays. Its
+post-processor is dropped: the runtime adds the source language before the tokens and `</s>`
+after them (the non-legacy NLLB layout `[src_lang] tokens </s>`). Language codes are the
+tokenizer's extra special tokens (tokenizer_config.json); decoding drops them like every
+special token.
+When the embedding has more rows than the tokenizer has ids (NLLB-200: 256,206 rows, 256,204
+ids), the missing ids become special tokens UNUSED.format(id) that no text produces.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tokenizers import AddedToken
+
+from edgeseq.runtime.tokenizer import Tokenizer
+
+from . import SourceError
+from .renumber import read_vocabulary
+
+TOKENIZER_JSON, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
+SPM_MODEL = "sentencepiece.bpe.model"
+GENERATION_CONFIG = "generation_config.json"
+SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+UNUSED = "<edgeseq unused {}>"
+LANGUAGE_KEYS = ("extra_special_tokens", "additional_special_tokens")
+# Texts the export checks against the source tokenizer (scripts, digits, spacing, specials).
+CHECK_TEXTS = (
+    "The quick brown fox jumps over the lazy dog.",
+    "  Leading and  double  spaces, trailing   ",
+    "Straße, naïve façade, œuvre — 42 % of 1,000.50 €!",
+    "λόγος καλή, привет мир; 東京は晴れ。",
+    "tabs\tand\nnew lines",
+    "a literal </s> and <unk> inside",
+    "",
+)
+
+
+def m2m_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, dict[str, Any], int]:
+    """(tokenizer in edgeseq ids, the languages as the bundle records them, how many unused
+    ids were added to reach `vocab_size`)."""
+    file = _tokenizer_json(path)
+    config = _read_json(path / TOKENIZER_CONFIG) if (path / TOKENIZER_CONFIG).is_file() else {}
+    if config.get("legacy_behaviour"):
+        raise SourceError(
+            f"{path / TOKENIZER_CONFIG}: legacy_behaviour is true (source language after </s>);"
+            " edgeseq places it first (the non-legacy layout): set it to false"
+        )
+    tokenizer = read_vocabulary(file, SPECIALS).tokenizer()
+    size = tokenizer.vocab_size
+    if size > vocab_size:
+        raise SourceError(
+            f"the tokenizer has {size} ids but the model's embedding has {vocab_size} rows: "
+            "the tokenizer is not this model's (use the checkpoint's own tokenizer files)"
+        )
+    missing = range(size, vocab_size)
+    tokenizer.hf.add_special_tokens(
+        [AddedToken(UNUSED.format(i), special=True, normalized=False) for i in missing]
+    )
+    if tokenizer.vocab_size != vocab_size:
+        raise SourceError(f"{file}: cannot pad the tokenizer to {vocab_size} ids")
+    return tokenizer, languages(path, config, tokenizer), len(missing)
+
+
+def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:
+    """The language codes (extra special tokens of tokenizer_config.json that the vocabulary
+    has) with their edgeseq ids, the default source (src_lang) and target (tgt_lang, else
+    generation_config.json's forced_bos_token_id) languages."""
+    listed: list[Any] = next((config[k] for k in LANGUAGE_KEYS if config.get(k)), [])
+    names = [item.get("content") if isinstance(item, dict) else item for item in listed]
+    codes = {str(n): tokenizer.hf.token_to_id(str(n)) for n in names if n}
+    codes = {code: i for code, i in codes.items() if i is not None}
+    if not codes:
+        raise SourceError(
+            f"{path / TOKENIZER_CONFIG} lists no language codes (extra_special_tokens) that the "
+            "tokenizer has: not an M2M-100 / NLLB tokenizer"
+        )
+    source = config.get("src_lang") or ("eng_Latn" if "eng_Latn" in codes else next(iter(codes)))
+    target = config.get("tgt_lang")
+    generation = path / GENERATION_CONFIG
+    forced = _read_json(generation).get("forced_bos_token_id") if generation.is_file() else None
+    if target is None and forced is not None:
+        target = next((c for c, i in codes.items() if i == _edgeseq_id(forced)), None)
+    for role, code in (("src_lang", source), ("tgt_lang", target)):
+        if code is not None and code not in codes:
+            raise SourceError(f"{path / TOKENIZER_CONFIG}: {role} {code!r} is not a language code")
+    return {
+        "codes": dict(sorted(codes.items())),
+        "default_source": source,
+        "default_target": target,
+        "source_prefix": True,
+    }
+
+
+def check_ids(path: Path, tokenizer: Tokenizer, texts: list[str], source_lang: str) -> int:
+    """How many of `texts` the converted tokenizer encodes as transformers' tokenizer of the
+    checkpoint does (`[src_lang] tokens </s>`, in edgeseq ids); needs transformers."""
+    from transformers import AutoTokenizer
+
+    source = AutoTokenizer.from_pretrained(path, local_files_only=True, src_lang=source_lang)
+    lang = tokenizer.hf.token_to_id(source_lang)
+    matched = 0
+    for text in texts:
+        want = [_edgeseq_id(i) for i in source(text).input_ids]
+        matched += want == [lang, *tokenizer.encode(text), tokenizer.eos_id]
+    return matched
+
+
+def _edgeseq_id(source_id: int) -> int:
+    return {0: 1, 1: 0}.get(source_id, source_id)
+
+
+def _tokenizer_json(path: Path) -> Path:
+    """tokenizer.json, written from sentencepiece.bpe.model by transformers when absent."""
+    file = path / TOKENIZER_JSON
+    if file.is_file():
+        return file
+    if not (path / SPM_MODEL).is_file():
+        raise SourceError(f"{path} has neither {TOKENIZER_JSON} nor {SPM_MODEL}")
+    if (path / "vocab.json").is_file():
+        raise SourceError(
+            f"{path} has M2M100Tokenizer's vocab.json + {SPM_MODEL}, which edgeseq does not "
+            "convert yet; NLLB checkpoints (NllbTokenizer's tokenizer.json) are supported"
+        )
+    raise SourceError(
+        f"{path} has {SPM_MODEL} but no {TOKENIZER_JSON}: write one with transformers "
+        "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)) and export again"
+    )
+
+
+def _read_json(file: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise SourceError(f"cannot read {file}: {exc}") from None
+    if not isinstance(data, dict):
+        raise SourceError(f"{file} is not a JSON object")
+    return data

@@ -1,0 +1,94 @@
+"""A multilingual model's languages: the codes its tokenizer has, where the source language
+goes, and the defaults, as config.json's "languages" object records them (docs/bundle.md).
+
+    langs = Languages.from_config(data["languages"], tokenizer)     # None: no languages
+    langs.source_prefix_ids("eng_Latn")     # [id of eng_Latn]: what goes before the tokens
+    langs.target_prefix("fra_Latn")         # (id of fra_Latn,): forced as the first token
+    options = langs.resolve(options)        # the defaults filled in, unknown codes refused
+
+A source is `[source language] tokens </s>` (NLLB's non-legacy layout) when "source_prefix"
+is true; the target language is forced as the first generated token (runtime/prefix.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from .errors import BundleError, OptionsError
+from .search import GenerationOptions
+from .tokenizer import Tokenizer
+
+
+@dataclass(frozen=True)
+class Languages:
+    """Language codes -> token ids, and the defaults."""
+
+    codes: dict[str, int]
+    default_source: str | None
+    default_target: str | None
+    source_prefix: bool  # sources start with the source language's token
+
+    @classmethod
+    def from_config(cls, data: Any, tokenizer: Tokenizer) -> Languages | None:
+        """The "languages" object of config.json (None when absent), checked against the
+        tokenizer: each code is the token of its id. BundleError naming the problem."""
+        if data is None:
+            return None
+        codes = data.get("codes") if isinstance(data, dict) else None
+        if not isinstance(codes, dict) or not codes:
+            raise BundleError('config.json "languages" has no "codes" object; re-export')
+        for code, i in codes.items():
+            if not isinstance(i, int) or tokenizer.hf.id_to_token(i) != code:
+                raise BundleError(
+                    f'config.json "languages": {code!r} is not the tokenizer\'s token {i!r}'
+                )
+        langs = cls(
+            dict(codes),
+            data.get("default_source"),
+            data.get("default_target"),
+            bool(data.get("source_prefix")),
+        )
+        for role in ("default_source", "default_target"):
+            code = getattr(langs, role)
+            if code is not None and code not in codes:
+                raise BundleError(f'config.json "languages": {role} {code!r} is not a code')
+        return langs
+
+    def check(self, code: str | None, role: str) -> None:
+        """OptionsError (one line, with the list) unless `code` is None or a known code."""
+        if code is not None and code not in self.codes:
+            raise OptionsError(
+                f"{role} language {code!r} is not one of this model's: {', '.join(self.codes)}"
+            )
+
+    def resolve(self, options: GenerationOptions) -> GenerationOptions:
+        """`options` with the default source and target languages where unset; OptionsError
+        for a code the model does not have."""
+        self.check(options.source_lang, "source")
+        self.check(options.target_lang, "target")
+        return replace(
+            options,
+            source_lang=options.source_lang or self.default_source,
+            target_lang=options.target_lang or self.default_target,
+        )
+
+    def source_prefix_ids(self, code: str | None) -> list[int]:
+        """The ids that go before a source's tokens: the source language's token."""
+        self.check(code, "source")
+        code = code or self.default_source
+        return [self.codes[code]] if self.source_prefix and code else []
+
+    def target_prefix(self, code: str | None) -> tuple[int, ...]:
+        """The ids forced as the first generated tokens: the target language's token."""
+        self.check(code, "target")
+        code = code or self.default_target
+        return (self.codes[code],) if code else ()
+
+
+def no_languages(options: GenerationOptions) -> None:
+    """OptionsError when `options` name a language for a model without a language list."""
+    named = [name for name in ("source_lang", "target_lang") if getattr(options, name)]
+    if named:
+        flags = " and ".join(f"--{n.replace('_lang', '')}-lang ({n})" for n in named)
+        raise OptionsError(f"this model has no language list: drop {flags}")

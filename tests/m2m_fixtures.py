@@ -1,0 +1,125 @@
+"""Tiny Hugging Face M2M-100 checkpoints with an NLLB tokenizer, built locally (no hub, no
+download), laid out as `save_pretrained` leaves an NLLB-200 checkpoint.
+
+    path = build_m2m_dir(tmp_path / "nllb")                     # random weights
+    path = build_m2m_dir(tmp_path / "copy", copy_steps=120)    # outputs vary, end in </s>
+    NllbTokenizer.from_pretrained(path); M2M100ForConditionalGeneration.from_pretrained(path)
+
+The tokenizer is NllbTokenizer over a SentencePiece BPE model trained here on
+hf_fixtures.synthetic_corpus (both made-up languages), with LANGUAGES as its language codes:
+tokenizer.json + tokenizer_config.json as transformers writes them. The model is an
+M2M100ForConditionalGeneration of NLLB's layout (pre-norm, final layer norms, scaled
+embeddings, sinusoidal positions from padding_idx + 1, tied output, decoder start `</s>`)
+whose embedding has EXTRA_ROWS more rows than the tokenizer has ids, as NLLB-200's has.
+With `copy_steps` the model is trained that many steps (batch 16, ~5 s for 200 on 2 cores)
+to copy the first word of a line after the forced target language `fra_Latn`, so that its
+outputs depend on the input, have varied lengths and end with `</s>`.
+Needs torch, transformers and sentencepiece (the `train` and `hf` extras).
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from hf_fixtures import synthetic_corpus
+
+LANGUAGES = ("eng_Latn", "fra_Latn", "deu_Latn", "zho_Hans")
+TARGET = "fra_Latn"  # the language the copy model is trained to produce
+EXTRA_ROWS = 2
+
+
+def train_bpe_spm(lines: list[str], vocab_size: int) -> bytes:
+    """A SentencePiece BPE model (NLLB's kind; default nmt_nfkc normalisation)."""
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(lines), model_writer=model, vocab_size=vocab_size,
+        model_type="bpe", character_coverage=1.0, num_threads=1, minloglevel=2,
+    )  # fmt: skip
+    return model.getvalue()
+
+
+def build_m2m_dir(
+    path: str | Path,
+    *,
+    vocab_size: int = 500,
+    d_model: int = 32,
+    layers: int = 2,
+    heads: int = 4,
+    seed: int = 0,
+    copy_steps: int = 0,
+    max_positions: int = 64,
+) -> Path:
+    """Write a tiny M2M-100 / NLLB checkpoint into `path` (created) and return it."""
+    import torch
+    from transformers import (
+        GenerationConfig,
+        M2M100Config,
+        M2M100ForConditionalGeneration,
+        NllbTokenizer,
+    )
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    lines = synthetic_corpus("source", seed=seed) + synthetic_corpus("target", seed=seed)
+    spm_dir = path / "spm"
+    spm_dir.mkdir(exist_ok=True)
+    (spm_dir / "sentencepiece.bpe.model").write_bytes(train_bpe_spm(lines, vocab_size))
+    tokenizer = NllbTokenizer.from_pretrained(
+        str(spm_dir), additional_special_tokens=list(LANGUAGES), src_lang="eng_Latn"
+    )
+    (spm_dir / "sentencepiece.bpe.model").unlink()
+    spm_dir.rmdir()
+    tokenizer.save_pretrained(path)
+    config = M2M100Config(
+        vocab_size=len(tokenizer) + EXTRA_ROWS, d_model=d_model,
+        encoder_layers=layers, decoder_layers=layers,
+        encoder_attention_heads=heads, decoder_attention_heads=heads,
+        encoder_ffn_dim=2 * d_model, decoder_ffn_dim=2 * d_model,
+        max_position_embeddings=max_positions, scale_embedding=True,
+        pad_token_id=1, bos_token_id=0, eos_token_id=2, decoder_start_token_id=2,
+        dropout=0.0, attention_dropout=0.0, activation_dropout=0.0,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = M2M100ForConditionalGeneration(config).eval()
+    with torch.no_grad():  # weights of a trained model's scale; the pad row zero
+        model.model.shared.weight.normal_(0.0, 1.0 / d_model**0.5)
+        model.model.shared.weight[1].zero_()
+    if copy_steps:
+        _train_to_copy(model, tokenizer, copy_steps, seed)
+    model.generation_config = GenerationConfig(
+        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
+        max_length=max_positions, forced_bos_token_id=tokenizer.convert_tokens_to_ids(TARGET),
+    )  # fmt: skip
+    model.save_pretrained(path)
+    return path
+
+
+def _train_to_copy(model: Any, tokenizer: Any, steps: int, seed: int) -> None:
+    """`steps` Adam steps teaching `model` `[eng_Latn] word </s>` -> `</s> fra_Latn word </s>`."""
+    import torch
+
+    words = [line.split()[0] for line in synthetic_corpus("source", steps * 16, seed + 1)]
+    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(seed)
+    model.train()
+    try:
+        for step in range(steps):
+            batch = words[step * 16 : (step + 1) * 16]
+            tokenizer.src_lang, tokenizer.tgt_lang = "eng_Latn", TARGET
+            encoded = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
+            encoded["labels"][encoded["labels"] == tokenizer.pad_token_id] = -100
+            loss = model(**encoded).loss
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                model.model.shared.weight[1].zero_()
+    finally:
+        torch.set_num_threads(threads)
+        model.eval()
