@@ -152,11 +152,12 @@ class GPTGenerator(Generator):
         session, device = open_model_graph(bundle, how)
         return cls(bundle, OrtGPTStep(session, bundle.config), device, None, "loop")
 
-    def encode(self, text: str, truncate: bool = False) -> Source:
+    def encode(self, text: str, truncate: bool = False, source_lang: str | None = None) -> Source:
         """Token ids of the normalised prompt (no `<s>`, no `</s>`; may be empty). The
         prompt and `<s>` must leave the positional table room for one new token:
         InputTooLongError, or with `truncate` the prompt's last tokens are kept. A prompt
-        of unknown symbols only is `skipped` "unknown"."""
+        of unknown symbols only is `skipped` "unknown". `source_lang` is always None here
+        (`resolve` refuses languages for a model without a language list)."""
         ids, unknown = self.tokenize(text)
         if ids and len(unknown) == len(ids):
             return Source((), False, unknown, "unknown")
