@@ -45,7 +45,7 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from . import ADAPTERS, SourceError, SourceModel
-from .marian import DECODER_MAP, ENCODER_MAP, read_weights, weights_file
+from .marian import DECODER_MAP, ENCODER_MAP, read_weights, stack_fields, weights_file
 
 NAME = "m2m_100"
 # M2M100Config's defaults, for keys a config.json leaves out.
@@ -160,13 +160,7 @@ def model_config(config: dict[str, Any]) -> ModelConfig:
     return ModelConfig(
         src_vocab_size=config["vocab_size"],
         tgt_vocab_size=config["vocab_size"],
-        d_model=config["d_model"],
-        n_heads=config["encoder_attention_heads"],
-        n_encoder_layers=config["encoder_layers"],
-        n_decoder_layers=config["decoder_layers"],
-        d_ff=config["encoder_ffn_dim"],
-        dropout=0.0,
-        max_len=config["max_position_embeddings"],
+        **stack_fields(config),
         positional="learned",
         norm="pre",
         activation=ACTIVATIONS[config["activation_function"]],

@@ -199,19 +199,27 @@ def read_weights(path: Path) -> dict[str, Tensor]:
 
 
 # -- the weight map --------------------------------------------------------------------------
+def stack_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The ModelConfig fields of a BART-family config.json's stacks (Marian, M2M-100): widths,
+    heads, layers, positions; dropout off (export runs the model in eval mode)."""
+    return {
+        "d_model": config["d_model"],
+        "n_heads": config["encoder_attention_heads"],
+        "n_encoder_layers": config["encoder_layers"],
+        "n_decoder_layers": config["decoder_layers"],
+        "d_ff": config["encoder_ffn_dim"],
+        "dropout": 0.0,
+        "max_len": config["max_position_embeddings"],
+    }
+
+
 def model_config(config: dict[str, Any], tie_output: bool) -> ModelConfig:
     """Our ModelConfig of a (checked) Marian config.json."""
     src_size, tgt_size = _vocab_sizes(config)
     return ModelConfig(
         src_vocab_size=src_size + 1,
         tgt_vocab_size=tgt_size + 1,
-        d_model=config["d_model"],
-        n_heads=config["encoder_attention_heads"],
-        n_encoder_layers=config["encoder_layers"],
-        n_decoder_layers=config["decoder_layers"],
-        d_ff=config["encoder_ffn_dim"],
-        dropout=0.0,
-        max_len=config["max_position_embeddings"],
+        **stack_fields(config),
         positional="sinusoidal-halves",
         norm="post",
         activation=ACTIVATIONS[config["activation_function"]],
