@@ -28,6 +28,7 @@ import io
 import json
 import random
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -220,12 +221,26 @@ def _random_model(vocab_size: int, d_model: int, layers: int, seed: int, shared_
 
 
 def _train_to_copy(model: Any, tokenizer: Any, steps: int, seed: int) -> None:
-    """`steps` Adam steps (batch 16, one thread) teaching `model` to copy the first word of
-    synthetic source lines; the pad row stays zero, as in OPUS-MT. Leaves it in eval mode."""
+    """`steps` Adam steps teaching `model` to copy words, Marian's pad rows kept at zero."""
     import torch
 
     pad_id = tokenizer.pad_token_id
     tables = {id(e): e.weight for e in _embeddings(model)}.values()
+
+    def zero_pad_rows() -> None:
+        with torch.no_grad():
+            for table in tables:
+                table[pad_id].zero_()
+
+    train_to_copy(model, tokenizer, steps, seed, zero_pad_rows)
+
+
+def train_to_copy(
+    model: Any, tokenizer: Any, steps: int, seed: int, after_step: Callable[[], None]
+) -> None:
+    """`steps` Adam steps (batches of 16 words of the source corpus, 1 torch thread) teaching a
+    Hugging Face seq2seq `model` to copy its input; `after_step` runs after each update."""
+    import torch
 
     words = [line.split()[0] for line in synthetic_corpus("source", steps * 16, seed + 1)]
     optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
@@ -237,14 +252,12 @@ def _train_to_copy(model: Any, tokenizer: Any, steps: int, seed: int) -> None:
         for step in range(steps):
             batch = words[step * 16 : (step + 1) * 16]
             encoded = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
-            encoded["labels"][encoded["labels"] == pad_id] = -100
+            encoded["labels"][encoded["labels"] == tokenizer.pad_token_id] = -100
             loss = model(**encoded).loss
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-            with torch.no_grad():
-                for table in tables:
-                    table[pad_id].zero_()
+            after_step()
     finally:
         torch.set_num_threads(threads)
         model.eval()

@@ -23,7 +23,7 @@ import io
 from pathlib import Path
 from typing import Any
 
-from hf_fixtures import synthetic_corpus
+from hf_fixtures import synthetic_corpus, train_to_copy
 
 LANGUAGES = ("eng_Latn", "fra_Latn", "deu_Latn", "zho_Hans")
 TARGET = "fra_Latn"  # the language the copy model is trained to produce
@@ -99,27 +99,14 @@ def build_m2m_dir(
 
 
 def _train_to_copy(model: Any, tokenizer: Any, steps: int, seed: int) -> None:
-    """`steps` Adam steps teaching `model` `[eng_Latn] word </s>` -> `</s> fra_Latn word </s>`."""
+    """`steps` Adam steps teaching `model` `[eng_Latn] word </s>` -> `</s> fra_Latn word </s>`,
+    the `<pad>` row kept at zero."""
     import torch
 
-    words = [line.split()[0] for line in synthetic_corpus("source", steps * 16, seed + 1)]
-    optimizer = torch.optim.Adam(model.parameters(), lr=5e-3)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    torch.manual_seed(seed)
-    model.train()
-    try:
-        for step in range(steps):
-            batch = words[step * 16 : (step + 1) * 16]
-            tokenizer.src_lang, tokenizer.tgt_lang = "eng_Latn", TARGET
-            encoded = tokenizer(batch, text_target=batch, padding=True, return_tensors="pt")
-            encoded["labels"][encoded["labels"] == tokenizer.pad_token_id] = -100
-            loss = model(**encoded).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-            with torch.no_grad():
-                model.model.shared.weight[1].zero_()
-    finally:
-        torch.set_num_threads(threads)
-        model.eval()
+    tokenizer.src_lang, tokenizer.tgt_lang = "eng_Latn", TARGET
+
+    def zero_pad_row() -> None:
+        with torch.no_grad():
+            model.model.shared.weight[1].zero_()
+
+    train_to_copy(model, tokenizer, steps, seed, zero_pad_row)
