@@ -283,7 +283,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if optimum is not None:
         optimum.close()
     manifest = json.loads((bundle / "manifest.json").read_text())
-    lengths = [len(o) for o in engines[0].outputs[(1, max(args.batch_sizes))]]
+    first_cell = (min(args.beams), max(args.batch_sizes))  # greedy, unless no greedy cell ran
+    lengths = [len(o) for o in engines[0].outputs[first_cell]]
     return {
         "model": str(marian),
         "config": {

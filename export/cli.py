@@ -98,7 +98,8 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
 @click.option(
     "--quantize-all",
     is_flag=True,
-    help="int8: also quantize the output projection and the embeddings.",
+    help="int8: also quantize the embeddings (and a GPT/BERT output head, which the default "
+    "keeps in fp32; an encoder-decoder's output projection is quantized by default, gated).",
 )
 @click.option(
     "--fuse/--no-fuse",

@@ -5,9 +5,11 @@
 
 `onnxruntime.quantization.quantize_dynamic` turns each weight MatMul/Gemm into
 `DynamicQuantizeLinear` + `MatMulInteger` with int8 weights (activations are quantized to
-uint8 at run time). Left in fp32 unless `quantize_all`: the token embeddings (Gather, never
-in `op_types_to_quantize`), the output projection (the MatMul/Gemm that computes `logits`)
-and the positional table (an initializer read by Slice, which the quantizer never touches).
+uint8 at run time), the output projection (the MatMul/Gemm that computes `logits`) included:
+a `Transpose` of its weight is folded first (`fold_weight_transposes`). Left in fp32: the
+token embeddings unless `quantize_all` (Gather, never in `op_types_to_quantize` otherwise),
+the positional table (an initializer read by Slice, which the quantizer never touches) and
+the groups a caller excludes.
 
 Nodes are grouped by the module that produced them, read from the `namespace` metadata the
 dynamo exporter writes on every node ("... model.decoder_layers.1.self_attn.w_q ..." ->
@@ -113,6 +115,45 @@ def strip_weight_value_info(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
+def fold_weight_transposes(model: onnx.ModelProto) -> onnx.ModelProto:
+    """Replace `Transpose(initializer)` feeding the weight input of MatMul/Gemm nodes by the
+    transposed initializer (in place); return the model.
+
+    A tied or `nn.Linear` output projection exports as `MatMul(x, Transpose(W))` with W
+    (vocab, D): onnxruntime folds the Transpose when it loads the graph, but the quantizer
+    only sees a MatMul whose weight is not an initializer and leaves it in fp32. Initializers
+    nothing reads any more are removed."""
+    from onnx import numpy_helper
+
+    inits = {init.name: init for init in model.graph.initializer}
+    readers: dict[str, list[onnx.NodeProto]] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {o.name for o in model.graph.output}
+    folded = []
+    for node in model.graph.node:
+        if node.op_type != "Transpose" or node.input[0] not in inits:
+            continue
+        out = node.output[0]
+        users = readers.get(out, [])
+        weight_only = all(u.op_type in WEIGHT_OPS and list(u.input).index(out) == 1 for u in users)
+        if not users or not weight_only or out in graph_outputs:
+            continue
+        perm = next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
+        weight = numpy_helper.to_array(inits[node.input[0]])
+        model.graph.initializer.append(numpy_helper.from_array(weight.transpose(perm), out))
+        folded.append(node)
+    for node in folded:
+        model.graph.node.remove(node)
+    used = {name for node in model.graph.node for name in node.input}
+    used |= graph_outputs
+    unused = [init for init in model.graph.initializer if init.name not in used]
+    for init in unused:
+        model.graph.initializer.remove(init)
+    return model
+
+
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """Silence the quantizer's root-logger advice ("consider to run pre-processing")."""
@@ -135,16 +176,15 @@ def quantize_graph(
     """Write the int8 version of graph `source` to `target`; return the names of the
     quantized and the fp32-kept weight nodes ({"quantized": [...], "kept": [...]}).
 
-    `exclude` names layer groups (see `weight_nodes`) kept in fp32. Without `quantize_all`
-    the output projection is kept too and embeddings are not quantized; with it, every
-    weight MatMul/Gemm not excluded and the embedding Gathers are quantized. `reduce_range`
-    stores weights in 7 bits (see REDUCE_RANGE)."""
+    `exclude` names groups (see `weight_nodes`: layer groups, "other", the output projection)
+    kept in fp32; every other weight MatMul/Gemm is quantized, the output projection too
+    (after `fold_weight_transposes`). `quantize_all` also quantizes the embedding Gathers.
+    `reduce_range` stores weights in 7 bits (see REDUCE_RANGE)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model = strip_weight_value_info(onnx.load(str(source)))
+    model = fold_weight_transposes(strip_weight_value_info(onnx.load(str(source))))
     nodes = weight_nodes(model)
-    kept_groups = set(exclude) | (set() if quantize_all else {OUTPUT_GROUP})
-    kept = [n.name for n in nodes if n.group in kept_groups]
+    kept = [n.name for n in nodes if n.group in set(exclude)]
     op_types = [*WEIGHT_OPS, "Gather"] if quantize_all else list(WEIGHT_OPS)
     with _quiet():
         quantize_dynamic(
@@ -161,9 +201,9 @@ def quantize_graph(
 
 
 def graph_groups(*models: onnx.ModelProto) -> list[str]:
-    """The layer groups with weight nodes in `models`, encoder layers first, then decoder
-    layers, then "other" (the output projection is not a searchable group)."""
-    groups = {n.group for m in models for n in weight_nodes(m)} - {OUTPUT_GROUP}
+    """The groups with weight nodes in `models`, encoder layers first, then decoder layers,
+    then "other" and the output projection (after `fold_weight_transposes`)."""
+    groups = {n.group for m in models for n in weight_nodes(fold_weight_transposes(m))}
 
     def order(group: str) -> tuple[int, int, str]:
         match = re.fullmatch(r"(encoder|decoder) layer (\d+)", group)

@@ -36,7 +36,7 @@ class VariantOptions:
 
     names: tuple[str, ...] = ("fp32",)  # always starts with fp32
     max_metric_drop: float = DEFAULT_MAX_METRIC_DROP  # points; int8 searches to meet it
-    quantize_all: bool = False  # int8: also the output projection and embeddings
+    quantize_all: bool = False  # int8: also the embeddings (and a one-graph output head)
     per_channel: bool = PER_CHANNEL  # int8: one scale per output channel
     reduce_range: bool = REDUCE_RANGE  # int8: 7-bit weights, no saturation without VNNI
     speed_inputs: int = SPEED_INPUTS

@@ -135,7 +135,7 @@ def test_int8_agreement_and_metric_are_measured_on_the_trained_model(exported) -
     decoder = onnx.load(str(bundle / table["int8"]["decoder"]))
     ops = {n.name: n.op_type for n in decoder.graph.node}
     assert "MatMulInteger" in ops.values()
-    assert quantization["fp32_nodes"] and ops[quantization["fp32_nodes"][-1]] == "MatMul"
+    assert quantization["fp32_nodes"] == []  # the output projection too, by default
 
 
 def _fp32_copy(bundle: Path, tmp_path: Path) -> Path:
@@ -164,9 +164,10 @@ def test_the_gate_trips_with_the_table_of_what_was_tried(exported, tmp_path) -> 
             directory, gen.config, gen.tokenizers, _held(gen), options, fp32_verified=True
         )
     groups = graph_groups(*(onnx.load(str(directory / f)) for f in P.GRAPH_FILES["fp32"]))
-    assert groups == ["encoder layer 0", "encoder layer 1", "decoder layer 0", "decoder layer 1"]
+    layers = ["encoder layer 0", "encoder layer 1", "decoder layer 0", "decoder layer 1"]
+    assert groups == [*layers, OUTPUT_GROUP]
     attempts = e.value.attempts
-    assert len(attempts) == 1 + 4 + 3 + 2 + 1  # nothing excluded, then one group more per round
+    assert len(attempts) == 1 + 5 + 4 + 3 + 2 + 1  # nothing excluded, then one more per round
     assert attempts[0]["excluded_groups"] == [] and not any(a["passed"] for a in attempts)
     assert sorted(attempts[-1]["excluded_groups"]) == sorted(groups)
     table = format_attempts(attempts)
@@ -204,7 +205,7 @@ def test_fp16_manifest_entry_is_honest(exported) -> None:
     assert set(entry["fp16"]["fp32_ops"]) == {"Softmax", "LayerNormalization"}
 
 
-def test_quantize_all_also_quantizes_the_output_projection(exported, tmp_path) -> None:
+def test_int8_quantizes_the_output_projection_unless_excluded(exported, tmp_path) -> None:
     from edgeseq.export.quantize import quantize_graph
 
     _, bundle, _ = exported
@@ -212,9 +213,50 @@ def test_quantize_all_also_quantizes_the_output_projection(exported, tmp_path) -
     logits = [n.name for n in weight_nodes(onnx.load(str(source))) if n.group == OUTPUT_GROUP]
     assert len(logits) == 1
     default = quantize_graph(source, tmp_path / "d.onnx")
-    everything = quantize_graph(source, tmp_path / "all.onnx", quantize_all=True)
-    assert default["kept"] == logits and everything["kept"] == []
-    assert len(everything["quantized"]) == len(default["quantized"]) + 1
+    kept = quantize_graph(source, tmp_path / "kept.onnx", exclude=[OUTPUT_GROUP])
+    assert default["kept"] == [] and kept["kept"] == logits
+    assert len(default["quantized"]) == len(kept["quantized"]) + 1
+    assert OUTPUT_GROUP in graph_groups(onnx.load(str(source)))
+    manifest = _manifest(bundle)["variants"]["int8"]["quantization"]
+    assert manifest["kept_fp32"] == ["embeddings", "positional table"]
+
+
+def test_a_transposed_weight_is_folded_so_the_quantizer_sees_it(tmp_path) -> None:
+    """A tied output projection exports as MatMul(x, Transpose(W)): folded into a (D, V)
+    initializer, quantized, and the graph computes what it did."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    from edgeseq.export.quantize import fold_weight_transposes, quantize_graph
+
+    rng = np.random.default_rng(0)
+    weight = rng.normal(size=(40, 16)).astype(np.float32)  # (V, D), as an embedding
+    nodes = [
+        helper.make_node("Transpose", ["W"], ["W_t"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "W_t"], [C.LOGITS], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16])],
+        [helper.make_tensor_value_info(C.LOGITS, TensorProto.FLOAT, ["n", 40])],
+        [numpy_helper.from_array(weight, "W")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    assert [n.group for n in weight_nodes(model)] == []  # the weight is not an initializer
+    folded = fold_weight_transposes(onnx.ModelProto.FromString(model.SerializeToString()))
+    assert [n.op_type for n in folded.graph.node] == ["MatMul"]
+    assert [i.name for i in folded.graph.initializer] == ["W_t"]  # W is read by nothing now
+    assert [n.group for n in weight_nodes(folded)] == [OUTPUT_GROUP]
+    onnx.save(model, tmp_path / "head.onnx")
+    nodes_done = quantize_graph(tmp_path / "head.onnx", tmp_path / "head.int8.onnx")
+    assert nodes_done == {"quantized": ["head"], "kept": []}
+    x = rng.normal(size=(3, 16)).astype(np.float32)
+    run = ort.InferenceSession(str(tmp_path / "head.int8.onnx"), providers=["CPUExecutionProvider"])
+    (got,) = run.run(None, {"x": x})
+    assert np.abs(got - x @ weight.T).max() < 0.2  # int8 weights, same function
 
 
 def test_a_bundle_without_the_variant_refuses_it(runtime_case, capsys) -> None:

@@ -45,7 +45,7 @@ from ..heldout import HeldOut
 from ..onnx_export import GraphInfo, value_info
 from ..options import ExportOptions, held_out
 from ..parity import check_parity, parity_report, single_thread
-from ..quantize import quantize_graph
+from ..quantize import OUTPUT_GROUP, quantize_graph
 from ..sources import SourceError, SourceModel
 from ..variants import VariantOptions, check_supported, finish_table
 from . import kind_module
@@ -147,6 +147,8 @@ def build_one_graph_variants(
         nodes = quantize_graph(
             directory / C.MODEL_FILE,
             directory / INT8_FILE,
+            # No exclusion search here: the output head stays fp32 unless --quantize-all.
+            exclude=() if options.quantize_all else (OUTPUT_GROUP,),
             quantize_all=options.quantize_all,
             per_channel=options.per_channel,
             reduce_range=options.reduce_range,

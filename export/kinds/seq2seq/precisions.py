@@ -155,7 +155,7 @@ def build_int8(
         return done
 
     def describe(excluded: Sequence[str], nodes: dict[str, list[str]]) -> dict[str, Any]:
-        kept = ["embeddings", OUTPUT_GROUP, "positional table"]
+        kept = ["embeddings", "positional table"]
         return {
             "method": "onnxruntime quantize_dynamic: int8 weights, uint8 activations at run time",
             "per_channel": options.per_channel,
@@ -179,7 +179,7 @@ def build_int8(
 
     best, excluded = trial([]), []
     models = [onnx.load(str(path)) for path in sources]
-    remaining = graph_groups(*models) + ([OUTPUT_GROUP] if options.quantize_all else [])
+    remaining = graph_groups(*models)
     while not best["passed"] and remaining:
         say(f"  int8 misses the gate ({gate_summary(best)}); trying {len(remaining)} exclusions")
         results = []
@@ -332,10 +332,13 @@ def quantize_like_int8(source: Path, target: Path, int8_entry: dict[str, Any]) -
     """Quantize `source` to `target` with the settings (and fp32-kept layer groups) the int8
     variant's decoder was quantized with."""
     how = int8_entry.get("quantization") or {}
+    excluded = list(how.get("excluded_groups") or [])
+    if OUTPUT_GROUP in how.get("kept_fp32", []):  # bundles that kept it in fp32 by default
+        excluded.append(OUTPUT_GROUP)
     quantize_graph(
         source,
         target,
-        how.get("excluded_groups") or [],
+        excluded,
         quantize_all=bool(how.get("quantize_all", False)),
         per_channel=bool(how.get("per_channel", PER_CHANNEL)),
         reduce_range=bool(how.get("reduce_range", REDUCE_RANGE)),
