@@ -73,6 +73,10 @@ def unsupported_reason(options: GenerationOptions) -> str | None:
         return "sampling runs on the Python loop (onnxruntime's Sampling refuses encoder-decoders)"
     if options.target_lang:
         return "a target language is forced on the Python loop (runtime/prefix.py)"
+    if options.has_rules:
+        return "token rules (bans, forced </s>) run on the Python loop (runtime/rules.py)"
+    if options.method == "beam" and options.early_stopping is not True:
+        return f"early_stopping {options.early_stopping!r} runs on the Python loop"
     return None
 
 

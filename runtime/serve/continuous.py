@@ -345,8 +345,10 @@ class SplitBatcher:
     ) -> Future:
         """Queue a request with the batcher that runs it; QueueFullError when both queues
         together cannot take `len(texts)` more inputs."""
-        # the step batcher runs one decoder prefix for every row: no language options
+        # the step batcher runs one decoder prefix for every row (no language options), no
+        # token rules (runtime/rules.py) and whole inputs
         plain = options.method == "greedy" and not (options.source_lang or options.target_lang)
+        plain = plain and not (options.has_rules or options.split_sentences)
         target = self.steps if plain else self.requests
         return target.submit(texts, options, timeout_s, tokens)
 
