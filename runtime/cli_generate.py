@@ -219,34 +219,13 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     help="Beam search stops an input at --beam finished outputs (true), or when no live beam "
     "can beat them (false, never: as transformers). [model default]",
 )
+@click.option("--no-repeat-ngram-size", type=int, help="No n-gram of N twice. [model default]")
+@click.option("--min-new-tokens", type=int, help="No </s> before N tokens. [model default]")
 @click.option(
-    "--no-repeat-ngram-size",
-    type=int,
-    default=None,
-    help="No n-gram of this size twice in an output (0: off). [model default]",
+    "--bad-words-ids", metavar="JSON", help="Ids never output: [[5], [7, 8]]. [model default]"
 )
-@click.option(
-    "--min-new-tokens",
-    type=int,
-    default=None,
-    help="No </s> before this many tokens. [model default]",
-)
-@click.option(
-    "--bad-words-ids",
-    default=None,
-    metavar="JSON",
-    help='Target id sequences never generated, e.g. "[[5], [7, 8]]" ("[]": none). [model default]',
-)
-@click.option(
-    "--forced-eos/--no-forced-eos",
-    default=None,
-    help="End every output at the length cap with </s>. [model default]",
-)
-@click.option(
-    "--renormalize/--no-renormalize",
-    default=None,
-    help="Log-softmax again after the bans. [model default]",
-)
+@click.option("--forced-eos/--no-forced-eos", default=None, help="</s> at the cap. [model default]")
+@click.option("--renormalize/--no-renormalize", default=None, help="Re-normalise. [model default]")
 @click.option(
     "--split-sentences",
     is_flag=True,

@@ -131,7 +131,8 @@ class GraphSearch:
         self, src_ids: np.ndarray, options: GenerationOptions
     ) -> tuple[list[list[Hypothesis]], list[bool]]:
         """`search`'s hypotheses, and per row whether `beam_search` could have returned
-        another n-best list (`may_differ`)."""
+        another n-best list (`may_differ`). Unset options take edgeseq's defaults."""
+        options = options.filled()
         reason = unsupported_reason(options)
         if reason is not None:
             raise OptionsError(f"the one-graph search cannot run these options: {reason}")

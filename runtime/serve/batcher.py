@@ -94,6 +94,7 @@ def run_merged(
     Also used by the Ray Serve deployment."""
     groups: dict[GenerationOptions, list[int]] = {}
     for index, (_, options) in enumerate(requests):
+        options = generator.resolve(options)  # unset fields: the bundle's defaults
         groups.setdefault(options_key(options, max_batch), []).append(index)
     out: list[list[Result] | Exception] = [[] for _ in requests]
     for options, members in groups.items():
@@ -146,7 +147,9 @@ class Batcher:
         self, texts: list[str], options: GenerationOptions, timeout_s: float, tokens: int = 0
     ) -> Future:
         """Queue a request; its future gets list[Result] (one per text) or an exception.
-        Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
+        Raises QueueFullError when the queue cannot take `len(texts)` more inputs. Unset
+        options take the bundle's defaults (`Generator.resolve`)."""
+        options = self.generator.resolve(options)
         job = Job(list(texts), options, tokens, time.monotonic() + timeout_s)
         self.queue.put(job, len(texts))
         return job.future
