@@ -167,6 +167,7 @@ class Generator:
         inputs). Search "graph" with options it cannot run raises OptionsError."""
         if not self.has_graph_search or self.search_mode == "loop":
             return False
+        options = self.resolve(options)  # unset fields: the bundle's defaults
         reason = unsupported_reason(options)
         if reason is not None and self.search_mode == "graph":
             raise OptionsError(f"search 'graph' cannot run these options: {reason}; use 'auto'")

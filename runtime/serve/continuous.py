@@ -350,7 +350,6 @@ class SplitBatcher:
     ) -> Future:
         """Queue a request with the batcher that runs it; QueueFullError when both queues
         together cannot take `len(texts)` more inputs."""
-        options = self.requests.generator.resolve(options)  # unset: the bundle's defaults
         # the step batcher runs one decoder prefix for every row (no language options), no
         # token rules (runtime/rules.py) and whole inputs
         plain = options.method == "greedy" and not (options.source_lang or options.target_lang)
