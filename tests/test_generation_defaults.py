@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -158,18 +159,34 @@ def test_config_json_settings_when_there_is_no_generation_config(tmp_path: Path)
     assert read_generation(tmp_path / "nothing", lambda i: i, eos_id=0).settings == {}
 
 
-def test_no_repeat_ngram_rule_bans_what_transformers_bans() -> None:
+def test_rules_ban_what_transformers_processors_ban() -> None:
     import torch
-    from transformers.generation.logits_process import NoRepeatNGramLogitsProcessor
+    from transformers.generation import logits_process as lp
 
     rng = np.random.default_rng(0)
-    history = rng.integers(0, 5, (6, 9))
-    for n in (1, 2, 3):
-        rule = Constrained.__new__(Constrained)
-        rule.ngram, rule.sequences, rule.min_new = n, [], 0
-        rule.banned, rule.forced_eos_step, rule.renormalize = np.array([], np.int64), None, False
-        rule.eos_id = 0
-        ours = rule.apply(np.zeros((6, 5)), history)
-        scores = torch.zeros((6, 5))
-        theirs = NoRepeatNGramLogitsProcessor(n)(_tensor(history), scores)
-        assert (np.isinf(ours) == np.isinf(theirs.numpy())).all(), n
+    history = rng.integers(0, 5, (8, 7))  # (B, T) tokens so far, the start token first
+    model = SimpleNamespace(max_len=32, vocab_size=6, bos_id=1, eos_id=2, pad_id=0)
+    words = ((3,), (4, 0), (1, 2, 4))
+    cases = [({"no_repeat_ngram_size": n}, lp.NoRepeatNGramLogitsProcessor(n)) for n in (1, 2, 3)]
+    cases.append(({"bad_words_ids": words}, lp.NoBadWordsLogitsProcessor([list(w) for w in words])))
+    cases.append(({"min_new_tokens": 7}, lp.MinNewTokensLengthLogitsProcessor(1, 7, 2)))
+    cases.append(({"forced_eos": True}, lp.ForcedEOSTokenLogitsProcessor(8, 2)))
+    for settings, processor in cases:
+        rule = Constrained(model, GenerationOptions(**settings), budget=history.shape[1])
+        ours = rule.apply(np.zeros((8, 6)), history)
+        theirs = processor(torch.as_tensor(history), torch.zeros((8, 6))).numpy()
+        assert (np.isinf(ours) == np.isinf(theirs)).all(), settings
+        assert np.isinf(ours).any(), settings  # the case bans something
+
+
+def test_a_bad_generation_object_is_refused() -> None:
+    from edgeseq.runtime.bundle import read_generation as read_recorded
+    from edgeseq.runtime.errors import BundleError
+
+    where = Path("bundle/config.json")
+    assert read_recorded(None, where) is None
+    assert read_recorded({"bad_words_ids": [[5]]}, where) == {"bad_words_ids": ((5,),)}
+    with pytest.raises(BundleError, match="unknown settings"):
+        read_recorded({"num_beams": 4}, where)
+    with pytest.raises(BundleError, match="beam_size must be a positive integer"):
+        read_recorded({"beam_size": 0}, where)
