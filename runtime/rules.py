@@ -98,8 +98,9 @@ class Constrained:
         """The rules on the next token's log-probabilities (B, V) after the rows' tokens
         `history` int64 (B, T) (`<s>` first)."""
         generated = history.shape[1] - 1  # tokens generated before the next one
-        for row, tokens in enumerate(history.tolist()):
-            logprobs[row, self._row_bans(tokens)] = -np.inf
+        if self.ngram or self.sequences:  # bans that depend on each row's tokens
+            for row, tokens in enumerate(history.tolist()):
+                logprobs[row, self._row_bans(tokens)] = -np.inf
         if len(self.banned):
             logprobs[:, self.banned] = -np.inf
         if generated < self.min_new:
