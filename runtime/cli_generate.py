@@ -140,7 +140,7 @@ def encode_inputs(
             sources[index] = generator.encode_input(line.text, options)
         except InputTooLongError as exc:
             if options.split_sentences:
-                raise InputTooLongError(f"{line.label} {line.number}: a sentence {exc}") from None
+                raise InputTooLongError(f"{line.label} {line.number}, {exc}") from None
             length = len(generator.tokenizers.source.encode(line.text)) + 1
             raise InputTooLongError(
                 f"{line.label} {line.number} has {length} source tokens with </s> but the "

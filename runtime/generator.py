@@ -224,11 +224,17 @@ class Generator:
 
     def encode_input(self, text: str, options: GenerationOptions) -> Source:
         """`encode` of `text` as resolved `options` run it: with split_sentences, the joined
-        Source of its sentences (`Source.joined`), each checked against max_len."""
+        Source of its sentences (`Source.joined`), each checked against max_len
+        (InputTooLongError naming the sentence)."""
         if not options.split_sentences:
             return self.encode(text, options.truncate, options.source_lang)
-        parts = sentences(text, splitter_language(options.source_lang))
-        return Source.joined([self.encode(s, options.truncate, options.source_lang) for s in parts])
+        encoded = []
+        for number, sentence in enumerate(sentences(text, splitter_language(options.source_lang))):
+            try:
+                encoded.append(self.encode(sentence, options.truncate, options.source_lang))
+            except InputTooLongError as exc:
+                raise InputTooLongError(f"sentence {number + 1}: {exc}") from None
+        return Source.joined(encoded)
 
     def _source_prefix(self, source_lang: str | None) -> list[int]:
         languages = self.bundle.languages
@@ -315,14 +321,15 @@ class Generator:
         """`generate` with split_sentences: every input's sentences (runtime/sentences.py)
         generated as one list of inputs (batched as `generate` batches), each input's
         results joined in order (`Result.joined`)."""
+        for index, text in enumerate(texts):  # every sentence fits, before anything runs
+            try:
+                self.encode_input(text, options)
+            except InputTooLongError as exc:
+                raise InputTooLongError(f"input {index}, {exc}") from None
         language = splitter_language(options.source_lang)
         parts = [sentences(text, language) for text in texts]
         flat = [sentence for part in parts for sentence in part]
-        whole = replace(options, split_sentences=False)
-        try:
-            results = self.generate(flat, whole)
-        except InputTooLongError as exc:
-            raise InputTooLongError(f"a sentence of {exc}") from None
+        results = self.generate(flat, replace(options, split_sentences=False))
         separator, out, start = joiner(options.target_lang), [], 0
         for part in parts:
             out.append(Result.joined(results[start : start + len(part)], separator))

@@ -61,6 +61,9 @@ def test_split_outputs_equal_the_sentences_one_by_one(generator: Generator, beam
         assert result.source.ids == tuple(i for r in one_by_one for i in r.source.ids)
     assert len(sentences(LONG, "en")) == 4 and split[0].text.count(" ") >= 3
     assert split[1].skipped == "empty" and split[2].text == generator.generate(["gij"])[0].text
+    with pytest.raises(InputTooLongError, match=r"^input 1, sentence 2: input has 22 source"):
+        long_sentence = "ab. " + "abcdefghij" * 2 + "!"
+        generator.generate(["ab", long_sentence], GenerationOptions(split_sentences=True))
 
 
 def test_cli_api_and_server_agree(generator: Generator, runtime_case) -> None:

@@ -108,7 +108,7 @@ def parse_generate(body: bytes, generator: Generator, limits: Limits) -> Generat
             raise RequestError(422, str(exc)) from None
         except InputTooLongError as exc:
             if options.split_sentences:
-                raise RequestError(422, f"input {i + 1}: a sentence {exc}") from None
+                raise RequestError(422, f"input {i + 1}, {exc}") from None
             length = len(generator.tokenizers.source.encode(inputs[i])) + 1
             raise RequestError(
                 422,
