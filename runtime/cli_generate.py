@@ -381,6 +381,7 @@ def generate(
                     click.echo(result.text)
             bar.update(len(chunk))
     if cut:
-        cap = options.max_new_tokens
-        limit = f"max_new_tokens {cap}" if cap else "the model's max_len"
+        cap = options.max_new_tokens  # the flag's, else the model's generation default
+        limit = f"--max-new-tokens {cap}" if max_new_tokens else "the model's max_len"
+        limit = f"the model's max_new_tokens {cap}" if cap and not max_new_tokens else limit
         warn(f"output cut at {limit} before </s>: {_first(cut)}")
