@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/pip install -q --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[train,dev,serve,eval,bench,hf]"
+	$(BIN)/pip install -q -e ".[train,dev,serve,eval,bench,hf,split]"
 	# onnxruntime-genai runs GPT bundles as is (tests/test_gpt_bert_export.py); --no-deps keeps its
 	# `onnxruntime` dependency from overwriting the files of the installed onnxruntime-gpu.
 	$(BIN)/pip install -q --no-deps "onnxruntime-genai==0.18.*"

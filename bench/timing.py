@@ -82,10 +82,12 @@ class BenchSpec:
         return self
 
     def options(self, batch_size: int) -> GenerationOptions:
-        """GenerationOptions of this spec's search at `batch_size`."""
+        """GenerationOptions of this spec's search at `batch_size`; every other field set to
+        edgeseq's default (`filled`), not a bundle's generation defaults: every engine runs
+        the same search."""
         return GenerationOptions(
             max_new_tokens=self.max_new_tokens, beam_size=self.beam_size, batch_size=batch_size
-        )
+        ).filled()
 
     def save(self, path: str | Path) -> None:
         """Write the spec as JSON."""

@@ -99,11 +99,16 @@ def evaluate_bundle(
     help="The task split to score (ignored with --data).",
 )
 @click.option("--limit", type=click.IntRange(1), help="Score only the first N sources.")
-@click.option("--beam", type=click.IntRange(1), help="Beam search width (default: greedy).")
+@click.option(
+    "--beam",
+    type=click.IntRange(1),
+    help="Beam search width (default: a bundle's generation default, else greedy).",
+)
 @click.option(
     "--length-penalty",
     type=float,
-    help="With --beam: rank hypotheses by logprob / length**penalty [default: 1.0].",
+    help="With --beam: rank hypotheses by logprob / length**penalty [default: the bundle's, "
+    "else 1.0].",
 )
 @click.option("--batch-size", type=click.IntRange(1), default=128, show_default=True)
 @click.option("--threads", type=click.IntRange(1), help="Intra-op threads (default: all cores).")
@@ -152,16 +157,16 @@ def evaluate(
         return
     generator = Generator.load(target, providers=provider, threads=threads, variant=variant)
     references = bundle_references(generator.bundle.task, data, split)
+    # unset options: the bundle's generation defaults (docs/generation.md), as in generate
     options = GenerationOptions(
-        beam_size=1 if beam is None else beam,
-        length_penalty=1.0 if length_penalty is None else length_penalty,
-        batch_size=batch_size,
-        truncate=True,
+        beam_size=beam, length_penalty=length_penalty, batch_size=batch_size, truncate=True
     )
+    options = generator.resolve(options)
     metrics = evaluate_bundle(generator, references, options, limit)
     scored = str(data) if data is not None else f"{split} split"
+    search = f"beam {options.beam_size}" if options.method == "beam" else "greedy"
     result = {"bundle": str(target), "task": generator.bundle.task, "data": scored,
-              "search": f"beam {beam}" if beam else "greedy", **metrics}  # fmt: skip
+              "search": search, **metrics}  # fmt: skip
     if as_json:
         click.echo(json.dumps(result, sort_keys=True))
         return

@@ -109,6 +109,8 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
         )
         if config.get("task"):
             lines.append(f"task: {json.dumps(config['task'], sort_keys=True)}")
+        if config.get("generation"):  # the source's settings: generate's defaults
+            lines.append(f"generation defaults: {json.dumps(config['generation'], sort_keys=True)}")
     except (OSError, ValueError, KeyError, TypeError, AttributeError, ZeroDivisionError) as exc:
         lines.append(f"model: {C.CONFIG_FILE} cannot be shown ({type(exc).__name__}: {exc})")
     exporter = ", ".join(f"{k} {v}" for k, v in sorted(manifest.get("exporter", {}).items()))

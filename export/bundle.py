@@ -90,11 +90,13 @@ def bundle_config(
     task: dict[str, Any] | None,
     kind: str | None = None,
     languages: dict[str, Any] | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The content of a bundle's config.json (see docs/bundle.md): `graphs` maps each graph's
     role ("encoder", "decoder"; "model" for one-graph kinds) to its export info; `kind`
     ("gpt", "bert") is written for one-graph bundles, `languages` for a multilingual model
-    (runtime/languages.py)."""
+    (runtime/languages.py), `generation` for a source with generation settings
+    (export/sources/generation_config.py)."""
     ids = {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
     tokens = dict(zip(ids, C.SPECIAL_TOKENS, strict=True))
     config = {
@@ -105,6 +107,7 @@ def bundle_config(
         "task": portable_task(task),
     }
     config |= {"languages": languages} if languages else {}
+    config |= {"generation": generation} if generation else {}
     return config | ({"kind": kind} if kind else {})
 
 

@@ -12,6 +12,7 @@ groups of a bundle. `ExportOptions.progress` receives their progress lines.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,6 +43,11 @@ def _load(path: str | Path, say: Progress, adapter: str | None = None) -> Source
         f"{cfg.src_vocab_size}/{cfg.tgt_vocab_size}, {params / 1e6:.2f} M params "
         f"({time.perf_counter() - start:.1f} s)"
     )
+    if source.generation is not None:  # export/sources/generation_config.py
+        if source.generation.settings:
+            say(f"generation defaults: {json.dumps(source.generation.settings, sort_keys=True)}")
+        for line in source.generation.ignored:
+            say(line)
     return source
 
 

@@ -23,10 +23,11 @@ import onnxruntime as ort
 from . import constants as C
 from .builtin import resolve_bundle
 from .config import ModelConfig
-from .errors import BundleError, ConfigError, TokenizerError
+from .errors import BundleError, ConfigError, OptionsError, TokenizerError
 from .graph_variants import read_graph_variants
 from .languages import Languages
 from .manifest import check_files, check_inside, read_manifest
+from .options import MODEL_DEFAULTS, GenerationOptions
 from .tokenizer import Tokenizer, TokenizerPair
 from .vocabulary import check_vocabulary
 
@@ -50,6 +51,8 @@ class Bundle:
     # extra graphs (runtime/graph_variants.py): variant key -> {precision: graph path}
     graph_variants: dict[str, dict[str, Path]] = dataclass_field(default_factory=dict)
     languages: Languages | None = None  # a multilingual model's codes (runtime/languages.py)
+    # the source's generation settings, GenerationOptions fields (docs/bundle.md), or None
+    generation: dict[str, Any] | None = None
 
     @property
     def default_variant(self) -> str:
@@ -199,7 +202,30 @@ def load_bundle(path: str | Path) -> Bundle:
         languages = Languages.from_config(data.get("languages"), tokenizers.target)
     except BundleError as exc:
         raise BundleError(f"{path}: {exc}") from None
-    return Bundle(path, config, tokenizers, manifest, variants, data.get("task"), extra, languages)
+    generation = read_generation(data.get("generation"), config_path=path / C.CONFIG_FILE)
+    return Bundle(
+        path, config, tokenizers, manifest, variants, data.get("task"), extra, languages, generation
+    )
+
+
+def read_generation(data: Any, config_path: Path) -> dict[str, Any] | None:
+    """config.json's "generation" object (None when absent), checked: GenerationOptions
+    fields that a model may set (runtime/options.py MODEL_DEFAULTS), valid values."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise BundleError(f'{config_path}: "generation" is not an object; re-export the bundle')
+    unknown = sorted(set(data) - set(MODEL_DEFAULTS))
+    if unknown:
+        raise BundleError(
+            f'{config_path}: "generation" has unknown settings {unknown} (known: '
+            f"{', '.join(MODEL_DEFAULTS)}); re-export the bundle or upgrade edgeseq"
+        )
+    try:
+        options = GenerationOptions(**data)
+    except (OptionsError, TypeError) as exc:
+        raise BundleError(f'{config_path}: "generation": {exc}; re-export the bundle') from None
+    return {name: getattr(options, name) for name in data}
 
 
 def check_tokenizers(path: Path, config: ModelConfig, tokenizers: TokenizerPair) -> None:

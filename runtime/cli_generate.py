@@ -44,6 +44,15 @@ One output line (or JSON object) per input, in input order.
   line, before anything is generated; with --truncate it is cut, with one warning.
 - Bytes that are not UTF-8 are replaced by U+FFFD (then usually <unk>); one
   warning names the lines.
+- With --split-sentences each line is split into sentences (sentencex, in the
+  source language), each sentence generated (and checked against max_len), and
+  the outputs joined in order with a space (none for Chinese, Japanese, Thai...).
+
+[model default]: an option not given takes the bundle's generation setting
+(config.json "generation": what the imported model's generation_config sets,
+recorded at export; edgeseq inspect shows it), else edgeseq's default: greedy,
+length penalty 1.0, early stopping true, no bans, no forced </s>, max_len.
+An option given always wins. --sample ignores the model's beam size.
 """
 
 
@@ -120,16 +129,18 @@ def read_inputs(texts: tuple[str, ...], input_file: str | None) -> list[InputLin
 
 
 def encode_inputs(
-    generator: Generator, lines: list[InputLine], truncate: bool, source_lang: str | None = None
+    generator: Generator, lines: list[InputLine], options: GenerationOptions
 ) -> dict[int, Source]:
-    """Encode every input up front (so an over-long line fails before any output); print
-    one warning each for replaced bytes, inputs with no known symbol, unknown symbols and
-    truncation."""
+    """Encode every input up front as resolved `options` run it (so an over-long line fails
+    before any output); print one warning each for replaced bytes, inputs with no known
+    symbol, unknown symbols and truncation."""
     sources: dict[int, Source] = {}
     for index, line in enumerate(lines):
         try:
-            sources[index] = generator.encode(line.text, truncate, source_lang)
-        except InputTooLongError:
+            sources[index] = generator.encode_input(line.text, options)
+        except InputTooLongError as exc:
+            if options.split_sentences:
+                raise InputTooLongError(f"{line.label} {line.number}, {exc}") from None
             length = len(generator.tokenizers.source.encode(line.text)) + 1
             raise InputTooLongError(
                 f"{line.label} {line.number} has {length} source tokens with </s> but the "
@@ -155,6 +166,21 @@ def encode_inputs(
     return sources
 
 
+def _id_lists(text: str | None) -> tuple[tuple[int, ...], ...] | None:
+    """--bad-words-ids JSON ("[[5], [7, 8]]") as tuples; None when not given."""
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        value = None
+    if not isinstance(value, list) or not all(isinstance(w, list) for w in value):
+        raise click.UsageError(
+            f'--bad-words-ids takes a JSON list of id lists, e.g. "[[5]]"; got {text}'
+        )
+    return tuple(tuple(w) for w in value)
+
+
 def _first(labels: list[str], shown: int = 5) -> str:
     """ "line 2, line 7" or "line 2, line 7, ... (12 inputs)"."""
     text = ", ".join(labels[:shown])
@@ -172,7 +198,7 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
 @click.option(
     "--input", "input_file", metavar="FILE", help="Read input lines from FILE (- = stdin)."
 )
-@click.option("--beam", type=int, default=1, show_default=True, help="Beam size (1: greedy).")
+@click.option("--beam", type=int, default=None, help="Beam size (1: greedy). [model default]")
 @click.option(
     "--n-best",
     type=int,
@@ -183,9 +209,28 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
 @click.option(
     "--length-penalty",
     type=float,
-    default=1.0,
-    show_default=True,
-    help="Beam ranking: logprob / length**penalty.",
+    default=None,
+    help="Beam ranking: logprob / length**penalty. [model default]",
+)
+@click.option(
+    "--early-stopping",
+    type=click.Choice(["true", "false", "never"]),
+    default=None,
+    help="Beam search stops an input at --beam finished outputs (true), or when no live beam "
+    "can beat them (false, never: as transformers). [model default]",
+)
+@click.option("--no-repeat-ngram-size", type=int, help="No n-gram of N twice. [model default]")
+@click.option("--min-new-tokens", type=int, help="No </s> before N tokens. [model default]")
+@click.option(
+    "--bad-words-ids", metavar="JSON", help="Ids never output: [[5], [7, 8]]. [model default]"
+)
+@click.option("--forced-eos/--no-forced-eos", default=None, help="</s> at the cap. [model default]")
+@click.option("--renormalize/--no-renormalize", default=None, help="Re-normalise. [model default]")
+@click.option(
+    "--split-sentences",
+    is_flag=True,
+    help="Split each input into sentences (needs the split extra), generate them, join the "
+    "outputs in order.",
 )
 @click.option("--sample", is_flag=True, help="Sample instead of taking the most likely token.")
 @click.option("--temperature", type=float, default=None, help="Sampling temperature (default 1.0).")
@@ -196,7 +241,7 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     "--batch-size", type=int, default=32, show_default=True, help="Inputs per engine batch."
 )
 @click.option(
-    "--max-new-tokens", type=int, default=None, help="Cap on generated tokens (default: max_len)."
+    "--max-new-tokens", type=int, default=None, help="Cap on generated tokens. [model default]"
 )
 @click.option(
     "--provider",
@@ -238,9 +283,16 @@ def generate(
     bundle: Path,
     texts: tuple[str, ...],
     input_file: str | None,
-    beam: int,
+    beam: int | None,
     n_best: int,
-    length_penalty: float,
+    length_penalty: float | None,
+    early_stopping: str | None,
+    no_repeat_ngram_size: int | None,
+    min_new_tokens: int | None,
+    bad_words_ids: str | None,
+    forced_eos: bool | None,
+    renormalize: bool | None,
+    split_sentences: bool,
     sample: bool,
     temperature: float | None,
     top_k: int | None,
@@ -266,8 +318,10 @@ def generate(
         raise click.UsageError(f"{', '.join(given)} only apply with --sample")
     if n_best > 1 and not as_json:
         raise click.UsageError("--n-best prints its list with --json only")
-    if stream and (as_json or beam > 1):
-        raise click.UsageError("--stream works with greedy or sampling and plain output")
+    if stream and (as_json or (beam or 1) > 1 or split_sentences):
+        raise click.UsageError(
+            "--stream works with greedy or sampling and plain output, on whole inputs"
+        )
     if search_mode == "graph" and (sample or stream):
         raise click.UsageError("--search graph runs greedy and beam search; --sample and "
                                "--stream run on the Python loop (use --search auto)")  # fmt: skip
@@ -276,6 +330,13 @@ def generate(
         beam_size=beam,
         n_best=n_best,
         length_penalty=length_penalty,
+        early_stopping={"true": True, "false": False}.get(early_stopping or "", early_stopping),
+        no_repeat_ngram_size=no_repeat_ngram_size,
+        min_new_tokens=min_new_tokens,
+        bad_words_ids=_id_lists(bad_words_ids),
+        forced_eos=forced_eos,
+        renormalize=renormalize,
+        split_sentences=split_sentences,
         sample=sample,
         temperature=1.0 if temperature is None else temperature,
         top_k=top_k or 0,
@@ -289,10 +350,11 @@ def generate(
     generator = Generator.load(
         bundle, providers=provider, threads=threads, variant=variant, search=search_mode
     )
-    options = generator.resolve(options)  # the model's default languages; unknown codes
+    # the model's default languages and generation settings; unknown codes
+    options = generator.resolve(options)
     lines = read_inputs(texts, input_file)
     # checks and warnings before any output
-    encode_inputs(generator, lines, truncate, options.source_lang)
+    encode_inputs(generator, lines, options)
     if stream:
         for line in lines:
             for piece in generator.stream(line.text, options):
@@ -319,5 +381,7 @@ def generate(
                     click.echo(result.text)
             bar.update(len(chunk))
     if cut:
-        limit = f"--max-new-tokens {max_new_tokens}" if max_new_tokens else "the model's max_len"
+        cap = options.max_new_tokens  # the flag's, else the model's generation default
+        limit = f"--max-new-tokens {cap}" if max_new_tokens else "the model's max_len"
+        limit = f"the model's max_new_tokens {cap}" if cap and not max_new_tokens else limit
         warn(f"output cut at {limit} before </s>: {_first(cut)}")

@@ -28,7 +28,7 @@ and every call keeps its state local.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +49,7 @@ from .padding import right_pad
 from .prefix import forced
 from .providers import Providers, check_providers
 from .results import Candidate, Result, Source
+from .rules import with_rules
 from .search import (
     Chooser,
     GenerationOptions,
@@ -58,7 +59,9 @@ from .search import (
     row_rngs,
     sampling_chooser,
     search,
+    step_budget,
 )
+from .sentences import joiner, sentences, splitter_language
 from .step import StepModel
 from .tokenizer import TokenizerPair, utf8_text
 
@@ -164,6 +167,7 @@ class Generator:
         inputs). Search "graph" with options it cannot run raises OptionsError."""
         if not self.has_graph_search or self.search_mode == "loop":
             return False
+        options = self.resolve(options)  # unset fields: the bundle's defaults
         reason = unsupported_reason(options)
         if reason is not None and self.search_mode == "graph":
             raise OptionsError(f"search 'graph' cannot run these options: {reason}; use 'auto'")
@@ -218,6 +222,20 @@ class Generator:
             )
         return Source((*prefix, *ids[: limit - 1], eos), truncated, unknown)
 
+    def encode_input(self, text: str, options: GenerationOptions) -> Source:
+        """`encode` of `text` as resolved `options` run it: with split_sentences, the joined
+        Source of its sentences (`Source.joined`), each checked against max_len
+        (InputTooLongError naming the sentence)."""
+        if not options.split_sentences:
+            return self.encode(text, options.truncate, options.source_lang)
+        encoded = []
+        for number, sentence in enumerate(sentences(text, splitter_language(options.source_lang))):
+            try:
+                encoded.append(self.encode(sentence, options.truncate, options.source_lang))
+            except InputTooLongError as exc:
+                raise InputTooLongError(f"sentence {number + 1}: {exc}") from None
+        return Source.joined(encoded)
+
     def _source_prefix(self, source_lang: str | None) -> list[int]:
         languages = self.bundle.languages
         if languages is None:
@@ -226,13 +244,18 @@ class Generator:
         return languages.source_prefix_ids(source_lang)
 
     def resolve(self, options: GenerationOptions) -> GenerationOptions:
-        """`options` with the model's default languages filled in; OptionsError (one line)
-        for a language the model does not have, or any language for a model without a
-        language list. generate, stream and the server call it first."""
+        """`options` with the model's default languages filled in, and every unset field
+        (None) from the bundle's generation settings, else edgeseq's defaults
+        (`GenerationOptions.filled`); OptionsError (one line) for a language the model does
+        not have, or any language for a model without a language list. generate, stream and
+        the server call it first."""
         if self.bundle.languages is None:
             no_languages(options)
-            return options
-        return self.bundle.languages.resolve(options)
+        else:
+            options = self.bundle.languages.resolve(options)
+        if options.split_sentences and self.config.architecture != "encoder-decoder":
+            raise OptionsError("split_sentences applies to encoder-decoder bundles only")
+        return options.filled(self.bundle.generation)
 
     def search_model(self, options: GenerationOptions) -> StepModel:
         """The loop's step model for resolved `options`, forcing the target language."""
@@ -258,6 +281,8 @@ class Generator:
         if isinstance(texts, str):
             raise OptionsError("generate() takes a list of texts; wrap a single text in [ ]")
         options = self.resolve(options or GenerationOptions())
+        if options.split_sentences:
+            return self._generate_sentences(texts, options)
         sources = []
         for index, text in enumerate(texts):
             try:
@@ -292,16 +317,39 @@ class Generator:
                 )
         return [r for r in results if r is not None]
 
+    def _generate_sentences(self, texts: Sequence[str], options: GenerationOptions) -> list[Result]:
+        """`generate` with split_sentences: every input's sentences (runtime/sentences.py)
+        generated as one list of inputs (batched as `generate` batches), each input's
+        results joined in order (`Result.joined`)."""
+        for index, text in enumerate(texts):  # every sentence fits, before anything runs
+            try:
+                self.encode_input(text, options)
+            except InputTooLongError as exc:
+                raise InputTooLongError(f"input {index}, {exc}") from None
+        language = splitter_language(options.source_lang)
+        parts = [sentences(text, language) for text in texts]
+        flat = [sentence for part in parts for sentence in part]
+        results = self.generate(flat, replace(options, split_sentences=False))
+        separator, out, start = joiner(options.target_lang), [], 0
+        for part in parts:
+            out.append(Result.joined(results[start : start + len(part)], separator))
+            start += len(part)
+        return out
+
     def stream(self, text: str, options: GenerationOptions | None = None) -> Iterator[str]:
         """Yield the text pieces of one input's output as tokens are chosen (greedy or
         sampling; beam search decides only at the end). The pieces join to the text of
-        `generate([text], options)[0]`. Errors (too long, beam) raise at the call."""
+        `generate([text], options)[0]`. Errors (too long, beam, a model whose default is
+        beam search, split_sentences) raise at the call."""
         options = self.resolve(options or GenerationOptions())
         if options.method == "beam":
             raise OptionsError(
-                "stream() yields each token as it is chosen, which beam search cannot do: "
-                "use beam_size=1 (greedy or sampling), or generate()"
+                "stream() yields each token as it is chosen, which beam search cannot do "
+                f"(beam_size {options.beam_size}, the model's default unless set): use "
+                "beam_size=1 (greedy or sampling), or generate()"
             )
+        if options.split_sentences:
+            raise OptionsError("stream() yields one input's tokens: drop split_sentences")
         source = self.encode(text, options.truncate, options.source_lang)
         if source.skipped:
             return iter(())
@@ -318,7 +366,8 @@ class Generator:
         tokens: list[int] = []
         emitted = ""
         model = self.search_model(options) if self.step_model is not None else self.step_model
-        steps = decode_steps(model, src_ids, options.max_new_tokens, choose)
+        budget = step_budget(model, options.max_new_tokens)
+        steps = decode_steps(with_rules(model, options, budget), src_ids, budget, choose)
         for _, next_ids, _ in steps:
             token = int(next_ids[0])
             if token == self.config.eos_id:

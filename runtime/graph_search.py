@@ -73,6 +73,10 @@ def unsupported_reason(options: GenerationOptions) -> str | None:
         return "sampling runs on the Python loop (onnxruntime's Sampling refuses encoder-decoders)"
     if options.target_lang:
         return "a target language is forced on the Python loop (runtime/prefix.py)"
+    if options.has_rules:
+        return "token rules (bans, forced </s>) run on the Python loop (runtime/rules.py)"
+    if options.method == "beam" and options.early_stopping is not True:
+        return f"early_stopping {options.early_stopping!r} runs on the Python loop"
     return None
 
 
@@ -127,7 +131,8 @@ class GraphSearch:
         self, src_ids: np.ndarray, options: GenerationOptions
     ) -> tuple[list[list[Hypothesis]], list[bool]]:
         """`search`'s hypotheses, and per row whether `beam_search` could have returned
-        another n-best list (`may_differ`)."""
+        another n-best list (`may_differ`). Unset options take edgeseq's defaults."""
+        options = options.filled()
         reason = unsupported_reason(options)
         if reason is not None:
             raise OptionsError(f"the one-graph search cannot run these options: {reason}")

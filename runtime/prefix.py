@@ -55,6 +55,8 @@ class ForcedPrefix:
         self.max_len, self.vocab_size = model.max_len, model.vocab_size
         self.bos_id, self.eos_id, self.pad_id = model.bos_id, model.eos_id, model.pad_id
         self.top_width = getattr(model, "top_width", 0)
+        # the wrapped step's values are log-probabilities (runtime/rules.py): so are the forced
+        self.gives_logprobs = getattr(model, "gives_logprobs", False)
 
     def start(self, src_ids: np.ndarray) -> PrefixState:
         """Encode `src_ids` int64 (B, S); B must equal the number of prefixes (one prefix

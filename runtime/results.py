@@ -15,6 +15,7 @@ gains `"nbest"`: a list of {"output", "ids", "score", "logprob"}, best first.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +40,19 @@ class Source:
         """64-bit key of the ids that seeds this input's sampling Generator."""
         digest = hashlib.sha256(np.asarray(self.ids, dtype=np.int64).tobytes()).digest()
         return int.from_bytes(digest[:8], "little")
+
+    @classmethod
+    def joined(cls, sources: Sequence[Source]) -> Source:
+        """The Source of an input split into `sources` (its sentences): their ids one after
+        the other, truncated or unknown symbols where any has them; skipped only when every
+        sentence is (as the first is)."""
+        run = [s for s in sources if not s.skipped]
+        return cls(
+            tuple(i for s in sources for i in s.ids),
+            any(s.truncated for s in sources),
+            tuple(dict.fromkeys(u for s in sources for u in s.unknown)),
+            None if run else sources[0].skipped,
+        )
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,26 @@ class Result:
     def skipped_result(cls, source: Source) -> Result:
         """The Result of an input that is not run: empty text, no tokens, not finished."""
         return cls("", (), 0.0, 0.0, False, (), source)
+
+    @classmethod
+    def joined(cls, results: Sequence[Result], separator: str) -> Result:
+        """One input's Result from its sentences' `results`, in order: their texts joined by
+        `separator` and their ids one after the other (skipped sentences left out), score
+        and logprob summed, finished when every sentence finished."""
+        source = Source.joined([r.source for r in results])
+        run = [r for r in results if not r.skipped]
+        if not run:
+            return cls.skipped_result(source)
+        best = Candidate(
+            separator.join(r.text for r in run),
+            tuple(i for r in run for i in r.token_ids),
+            float(sum(r.score for r in run)),
+            float(sum(r.logprob for r in run)),
+            all(r.finished for r in run),
+        )
+        return cls(
+            best.text, best.token_ids, best.score, best.logprob, best.finished, (best,), source
+        )
 
 
 def result_json(index: int, text: str, result: Result | None, target: Tokenizer) -> dict[str, Any]:

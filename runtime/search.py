@@ -21,112 +21,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import InputTooLongError, OptionsError
+from .errors import InputTooLongError
+from .options import MAX_BEAM as MAX_BEAM
+from .options import MAX_HYPOTHESES as MAX_HYPOTHESES
+from .options import MAX_LENGTH_PENALTY as MAX_LENGTH_PENALTY
+from .options import GenerationOptions
 from .ranking import ranked
+from .rules import log_softmax, with_rules
 from .step import StepModel, StepState
 
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
 Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
-
-# Bounds on what one generate call may hold in memory: each live hypothesis carries its own
-# self-attention cache, so beam_size x batch_size hypotheses grow with both.
-MAX_BEAM = 128
-MAX_HYPOTHESES = 4096  # beam_size * batch_size
-MAX_LENGTH_PENALTY = 10  # |length_penalty|: beyond it length ** penalty overflows or vanishes
-
-
-@dataclass(frozen=True)
-class GenerationOptions:
-    """How to generate; impossible combinations raise OptionsError when constructed."""
-
-    max_new_tokens: int | None = None  # None: as many as the model's max_len allows
-    beam_size: int = 1  # > 1: beam search
-    n_best: int = 1  # hypotheses returned per input (<= beam_size)
-    length_penalty: float = 1.0  # score = logprob / length ** length_penalty
-    sample: bool = False  # sample from the distribution instead of taking the arg-max
-    temperature: float = 1.0  # sampling: logits / temperature (> 0)
-    top_k: int = 0  # sampling: keep the k most likely tokens (0: all)
-    top_p: float = 1.0  # sampling: keep the smallest set with probability >= top_p, (0, 1]
-    seed: int | None = None  # sampling: same seed + same input -> same output
-    batch_size: int = 32  # inputs per engine batch, in input order (int8: may change results)
-    truncate: bool = False  # cut over-long sources to max_len instead of raising
-    source_lang: str | None = None  # a multilingual model's code (runtime/languages.py)
-    target_lang: str | None = None  # its code forced as the first token (runtime/prefix.py)
-
-    def __post_init__(self) -> None:
-        problems = self.problems()
-        if problems:
-            raise OptionsError("invalid generation options: " + "; ".join(problems))
-
-    def problems(self) -> list[str]:
-        """Every problem with these options, as readable sentences."""
-        out = []
-
-        if self.max_new_tokens is not None and not _positive_int(self.max_new_tokens):
-            out.append(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
-        for name in ("beam_size", "n_best", "batch_size"):
-            if not _positive_int(getattr(self, name)):
-                out.append(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        both = _positive_int(self.n_best) and _positive_int(self.beam_size)
-        if both and self.n_best > self.beam_size:
-            out.append(f"n_best ({self.n_best}) cannot exceed beam_size ({self.beam_size})")
-        if _positive_int(self.beam_size) and self.beam_size > MAX_BEAM:
-            out.append(f"beam_size {self.beam_size} is above the limit of {MAX_BEAM}: use less")
-        elif _positive_int(self.beam_size) and _positive_int(self.batch_size):
-            held = self.beam_size * self.batch_size
-            if held > MAX_HYPOTHESES:
-                fits = max(1, MAX_HYPOTHESES // self.beam_size)
-                out.append(
-                    f"beam_size x batch_size is {held} hypotheses held at once, at most "
-                    f"{MAX_HYPOTHESES}: lower batch_size to {fits} or less for beam_size "
-                    f"{self.beam_size}"
-                )
-        if not _finite(self.length_penalty) or abs(self.length_penalty) > MAX_LENGTH_PENALTY:
-            out.append(
-                f"length_penalty must be a finite number, got {self.length_penalty!r}; use one "
-                f"in [-{MAX_LENGTH_PENALTY}, {MAX_LENGTH_PENALTY}] (usual: 0.6 to 2)"
-            )
-        if not _finite(self.temperature) or not self.temperature > 0:
-            out.append(f"temperature must be a finite number > 0, got {self.temperature!r}")
-        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
-            out.append(f"top_k must be an integer >= 0 (0: no limit), got {self.top_k!r}")
-        if not _finite(self.top_p) or not 0.0 < self.top_p <= 1.0:
-            out.append(f"top_p must be in (0, 1], got {self.top_p!r}")
-        if self.seed is not None and (not isinstance(self.seed, int) or self.seed < 0):
-            out.append(f"seed must be a non-negative integer, got {self.seed!r}")
-        for name, value in (("source_lang", self.source_lang), ("target_lang", self.target_lang)):
-            if value is not None and (not isinstance(value, str) or not value):
-                out.append(f"{name} must be a language code (a string), got {value!r}")
-        if self.sample and isinstance(self.beam_size, int) and self.beam_size > 1:
-            out.append("sampling and beam search exclude each other: use sample or beam_size > 1")
-        if not self.sample:
-            changed = [
-                name
-                for name, default in (("temperature", 1.0), ("top_k", 0), ("top_p", 1.0))
-                if getattr(self, name) != default
-            ]
-            changed += ["seed"] if self.seed is not None else []
-            if changed:
-                out.append(f"{', '.join(changed)} only apply with sample=True")
-        return out
-
-    @property
-    def method(self) -> str:
-        """ "beam", "sample" or "greedy"."""
-        if self.beam_size > 1:
-            return "beam"
-        return "sample" if self.sample else "greedy"
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
-
-
-def _finite(value: object) -> bool:
-    """A finite int or float (not a bool, NaN or infinity)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return False
-    return isinstance(value, int) or math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -144,14 +49,6 @@ def normalized_score(logprob: float, length: int, length_penalty: float) -> floa
     return float(logprob / max(length, 1) ** length_penalty)
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise log-softmax in float64: (B, V) -> (B, V)."""
-    z = logits.astype(np.float64)
-    z -= z.max(axis=-1, keepdims=True)
-    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return z
-
-
 def scored_step(
     model: StepModel, state: StepState, input_ids: np.ndarray, k: int
 ) -> tuple[np.ndarray, np.ndarray | None, StepState]:
@@ -163,7 +60,16 @@ def scored_step(
         ids, logprobs, state = model.step_top(state, input_ids, k)  # type: ignore[attr-defined]
         return logprobs, ids, state
     logits, state = model.step(state, input_ids)
-    return log_softmax(logits[:, -1]), None, state
+    return to_logprobs(model, logits[:, -1]), None, state
+
+
+def to_logprobs(model: StepModel, logits: np.ndarray) -> np.ndarray:
+    """float64 log-probabilities (B, V) of a step's logits (B, V): the values themselves when
+    the model gives log-probabilities already (`gives_logprobs`, runtime/rules.py), else
+    their log-softmax."""
+    if getattr(model, "gives_logprobs", False):
+        return logits.astype(np.float64)
+    return log_softmax(logits)
 
 
 def check_source_length(model: StepModel, src_ids: np.ndarray) -> None:
@@ -199,7 +105,7 @@ def decode_steps(
             logits, state = model.step(state, last)
             logits = logits[:, -1]  # (B_live, V)
             next_ids = np.asarray(choose(logits, live), dtype=np.int64)  # (B_live,)
-            logprobs = log_softmax(logits)[np.arange(len(live)), next_ids]
+            logprobs = to_logprobs(model, logits)[np.arange(len(live)), next_ids]
         yield live, next_ids, logprobs
         finished = next_ids == model.eos_id
         if finished.all():
@@ -294,15 +200,17 @@ def beam_search(
     max_new_tokens: int | None = None,
     length_penalty: float = 1.0,
     n_best: int = 1,
+    early_stopping: bool | str = True,
 ) -> list[list[Hypothesis]]:
     """Beam search over src_ids int64 (B, S) -> per row, up to n_best hypotheses, best first.
 
     Each step, an input's candidates (live hypothesis x next token) are ranked by summed
     log-probability; a `</s>` candidate among the top `beam_size` finishes a hypothesis, the
-    best `beam_size` other candidates live on. An input stops once it has `beam_size` finished
-    hypotheses before the last step; at the step budget its live beams count as unfinished
-    hypotheses (also when its last step finished the `beam_size`-th hypothesis). With
-    beam_size 1 this is exactly greedy search.
+    best `beam_size` other candidates live on. An input stops before the last step once it has
+    `beam_size` finished hypotheses and (`early_stopping` False or "never", as transformers)
+    its best live beam cannot beat the worst of the best `beam_size` of them (`_input_done`);
+    at the step budget its live beams count as unfinished hypotheses (also when its last step
+    finished the `beam_size`-th hypothesis). With beam_size 1 this is exactly greedy search.
     """
     src_ids = np.asarray(src_ids, dtype=np.int64)
     check_source_length(model, src_ids)
@@ -344,7 +252,10 @@ def beam_search(
                     break
             # Input finished: drop its live candidates, except at the last step, where they
             # compete as unfinished hypotheses (as in transformers and onnxruntime).
-            if len(done[item]) >= beam_size and step < budget - 1:
+            best_live = keep_logprob[first] if len(keep_rows) > first else None
+            length = budget if early_stopping == "never" and length_penalty > 0 else step + 1
+            how = (early_stopping, length_penalty)
+            if step < budget - 1 and _input_done(done[item], beam_size, best_live, length, *how):
                 del keep_rows[first:], keep_tokens[first:], keep_logprob[first:]
         if not keep_rows:
             return _best(done, n_best)
@@ -357,6 +268,25 @@ def beam_search(
         score = normalized_score(lp, len(tokens), length_penalty)
         done[item].append(Hypothesis(tuple(tokens), float(lp), score, False))
     return _best(done, n_best)
+
+
+def _input_done(
+    done: list[Hypothesis],
+    beam_size: int,
+    best_live: float | None,
+    length: int,
+    early_stopping: bool | str,
+    length_penalty: float = 1.0,
+) -> bool:
+    """Whether an input with finished hypotheses `done` and best live logprob `best_live`
+    stops: at beam_size finished with early_stopping True; else also only when the best live
+    beam scored at `length` is not above the beam_size-th best finished score."""
+    if len(done) < beam_size:
+        return False
+    if early_stopping is True or best_live is None:
+        return True
+    worst = sorted((h.score for h in done), reverse=True)[beam_size - 1]
+    return not normalized_score(best_live, length, length_penalty) > worst
 
 
 def _best(done: list[list[Hypothesis]], n_best: int) -> list[list[Hypothesis]]:
@@ -380,8 +310,12 @@ def search(
     rngs: Sequence[np.random.Generator] | None = None,
 ) -> list[list[Hypothesis]]:
     """Run the search `options` ask for on src_ids int64 (B, S) -> hypotheses per row, best
-    first (one for greedy and sampling, up to n_best for beam). `rngs`: one per row for
-    sampling (default: seeded by options.seed and the row index)."""
+    first (one for greedy and sampling, up to n_best for beam), with the token rules of the
+    options (runtime/rules.py). Unset options take edgeseq's defaults (`Generator` fills a
+    bundle's first). `rngs`: one per row for sampling (default: seeded by options.seed and
+    the row index)."""
+    options = options.filled()
+    model = with_rules(model, options, step_budget(model, options.max_new_tokens))
     if options.method == "beam":
         return beam_search(
             model,
@@ -390,6 +324,7 @@ def search(
             options.max_new_tokens,
             options.length_penalty,
             options.n_best,
+            options.early_stopping,
         )
     if options.method == "sample":
         rngs = rngs if rngs is not None else row_rngs(options, range(src_ids.shape[0]))

@@ -46,6 +46,9 @@ COMMON_WORDS = (
     " dog. Pack my box with five dozen liquor jugs."
 )
 SPECIAL_PIECES = ("<unk>", "<s>", "</s>")  # SentencePiece's control pieces, not vocab entries
+# OPUS-MT's generation_config.json besides the token ids (max_length: this model's positions).
+GENERATION = {"forced_eos_token_id": 0, "bad_words_ids": [["<pad>"]], "max_length": 64}
+GENERATION |= {"num_beams": 4}
 
 
 def synthetic_corpus(language: str, n_lines: int = 3000, seed: int = 0) -> list[str]:
@@ -120,13 +123,16 @@ def build_marian_dir(
     shared_spm: bool | None = None,
     codes: tuple[str, ...] = LANGUAGE_CODES,
     copy_steps: int = 0,
+    generation: dict[str, Any] | None = None,
 ) -> Path:
     """Write a tiny random MarianMT checkpoint into `path` (created) and return it.
 
     `vocab_size`: pieces per SentencePiece model; `shared_vocab`: one vocab.json for both sides
     (else vocab.json and target_vocab.json, untied encoder/decoder embeddings); `shared_spm`:
     one SentencePiece model for both sides (default: `shared_vocab`); `copy_steps`: train the
-    random model that many steps to copy single words (see the module docstring)."""
+    random model that many steps to copy single words (see the module docstring);
+    `generation`: generation_config.json's settings besides the token ids (default OPUS-MT's:
+    GENERATION)."""
     from transformers import MarianTokenizer
 
     path = Path(path)
@@ -165,6 +171,7 @@ def build_marian_dir(
     model = _random_model(len(tokenizer.encoder), d_model, layers, seed, shared_vocab)
     if copy_steps:
         _train_to_copy(model, tokenizer, copy_steps, seed)
+    model.generation_config = _generation_config(len(tokenizer.encoder) - 1, generation)
     model.save_pretrained(path)
     return path
 
@@ -173,7 +180,7 @@ def _random_model(vocab_size: int, d_model: int, layers: int, seed: int, shared_
     """A random MarianMTModel shaped like OPUS-MT's (post-norm, swish, scaled embeddings,
     sinusoidal positions, tied output + final_logits_bias), eval mode."""
     import torch
-    from transformers import GenerationConfig, MarianConfig, MarianMTModel
+    from transformers import MarianConfig, MarianMTModel
 
     pad_id = vocab_size - 1
     config = MarianConfig(
@@ -207,17 +214,20 @@ def _random_model(vocab_size: int, d_model: int, layers: int, seed: int, shared_
             embedding.weight.normal_(0.0, 1.0 / d_model**0.5)
             embedding.weight[pad_id].zero_()
         model.final_logits_bias.normal_(0.0, 0.5)
-    model.generation_config = GenerationConfig(
-        bos_token_id=0,
-        eos_token_id=0,
-        pad_token_id=pad_id,
-        decoder_start_token_id=pad_id,
-        forced_eos_token_id=0,
-        bad_words_ids=[[pad_id]],
-        max_length=64,
-        num_beams=4,
-    )
     return model
+
+
+def _generation_config(pad_id: int, settings: dict[str, Any] | None) -> Any:
+    """The GenerationConfig of a converted OPUS-MT model: the token ids, then `settings`
+    (default GENERATION; "<pad>" in bad_words_ids stands for the pad id)."""
+    from transformers import GenerationConfig
+
+    settings = dict(GENERATION if settings is None else settings)
+    if "bad_words_ids" in settings:
+        words = settings["bad_words_ids"]
+        settings["bad_words_ids"] = [[pad_id if i == "<pad>" else i for i in w] for w in words]
+    ids = {"bos_token_id": 0, "eos_token_id": 0, "pad_token_id": pad_id}
+    return GenerationConfig(**ids, decoder_start_token_id=pad_id, **settings)
 
 
 def _train_to_copy(model: Any, tokenizer: Any, steps: int, seed: int) -> None:

@@ -4,8 +4,9 @@ tests/test_import_pipeline.py, tests/test_import_downstream.py and tests/test_ed
 
 - `export_marian(root)`: tests/hf_fixtures.py's tiny MarianMT (SentencePiece Unigram
   vocabulary) trained 150 steps to copy words, so that its outputs depend on the input and end
-  with `</s>`; exported by `edgeseq export DIR --data data.tsv --variants
-  fp32,int8,fp16,ort,search`: every variant gated on MARIAN_DATA's inputs and references.
+  with `</s>`, with no generation defaults (greedy); exported by `edgeseq export DIR --data
+  data.tsv --variants fp32,int8,fp16,ort,search`: every variant gated on MARIAN_DATA's inputs
+  and references.
 - `export_torch(root)`: examples/torch_transformer's random `nn.Transformer` model (word
   vocabularies, `max_len` 24), exported by `edgeseq export DIR --data data.txt --variants
   fp32,int8,search`.
@@ -44,7 +45,11 @@ def export_marian(root: Path) -> dict[str, Any]:
     """The copy-trained MarianMT directory and its bundle (see the module docstring)."""
     from hf_fixtures import build_marian_dir
 
-    source = build_marian_dir(root / "opus-mt-tiny", copy_steps=150)
+    # generation_config bans <pad> only (which the graph never outputs): the bundle records no
+    # generation defaults, so `edgeseq generate` runs greedy here (their tests:
+    # tests/test_generation_defaults.py)
+    neutral = {"bad_words_ids": [["<pad>"]]}
+    source = build_marian_dir(root / "opus-mt-tiny", copy_steps=150, generation=neutral)
     data = root / "data.tsv"
     data.write_text("\n".join(marian_rows()) + "\n", encoding="utf-8")
     return _export(source, data, root / "bundle", MARIAN_VARIANTS)

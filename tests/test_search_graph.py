@@ -94,7 +94,8 @@ def test_generator_graph_path_equals_the_loop(
 ) -> None:
     # engine batches small enough for search "auto" to take the graph
     limit = auto_graph_max_hypotheses(graph_gen.config)
-    options = replace(options, batch_size=max(1, min(8, limit // options.beam_size)))
+    beams = options.beam_size or 1  # unset: greedy, the bundle has no generation defaults
+    options = replace(options, batch_size=max(1, min(8, limit // beams)))
     assert graph_gen.uses_graph(options) and not loop_gen.uses_graph(options)
     graph, loop = graph_gen.generate(TEXTS, options), loop_gen.generate(TEXTS, options)
     for g, lp in zip(graph, loop, strict=True):

@@ -75,6 +75,9 @@ class Failing:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
 
+    def resolve(self, options: GenerationOptions) -> GenerationOptions:
+        return options.filled()  # no bundle: edgeseq's defaults
+
     def generate(self, texts: list[str], options: GenerationOptions) -> list[str]:
         self.calls.append(list(texts))
         if "boom" in texts:

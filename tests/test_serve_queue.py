@@ -108,9 +108,16 @@ def test_queues_sharing_a_limit_count_together() -> None:
     assert first.pop_oldest() == "a" and shared.used == 1
 
 
+class NoBundle:
+    """A stand-in generator for batchers that never run: resolves options only."""
+
+    def resolve(self, options: GenerationOptions) -> GenerationOptions:
+        return options.filled()
+
+
 def unstarted_split(settings: BatchSettings) -> SplitBatcher:
     """A SplitBatcher whose workers never start: what is accepted stays queued."""
-    return SplitBatcher(Batcher(None, settings), StepBatcher(None, None, settings))
+    return SplitBatcher(Batcher(None, settings), StepBatcher(NoBundle(), None, settings))
 
 
 def submit_from_threads(split: SplitBatcher, threads: int, each: int) -> tuple[int, int]:

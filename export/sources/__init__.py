@@ -78,6 +78,8 @@ class SourceModel:
     weights: tuple[Path, ...] = ()  # the files its weights were read from (sizes in reports)
     # the model's languages as the bundle records them (docs/bundle.md), None without any
     languages: dict[str, Any] | None = None
+    # the source's generation settings, a generation_config.GenerationRecord, None without any
+    generation: Any = None
 
 
 def adapter_module(name: str) -> ModuleType:

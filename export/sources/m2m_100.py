@@ -45,6 +45,7 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from . import ADAPTERS, SourceError, SourceModel
+from .generation_config import PARITY_NEUTRAL, read_generation
 from .marian import DECODER_MAP, ENCODER_MAP, read_weights, stack_fields, weights_file
 
 NAME = "m2m_100"
@@ -88,9 +89,14 @@ def load(path: Path, **options: Any) -> SourceModel:
         description += f" ({pad_rows} embedding rows without a token)"
     tokenizers = TokenizerPair(tokenizer, tokenizer)
     weights = (weights_file(path),)
-    return SourceModel(
-        model, tokenizers, None, NAME, description, reference, weights, languages=languages
+    swap = {0: 1, 1: 0}  # source_rows: <s> and <pad> trade places, every other id is kept
+    generation = read_generation(
+        path, lambda i: swap.get(i, i), config["eos_token_id"], handled=("forced_bos_token_id",)
     )
+    return SourceModel(
+        model, tokenizers, None, NAME, description, reference, weights, languages=languages,
+        generation=generation,
+    )  # fmt: skip
 
 
 def _check_tokenizer(path: Path, tokenizer: Any, languages: dict[str, Any]) -> str:
@@ -316,6 +322,8 @@ class M2M100Reference:
             do_sample=False,
             forced_eos_token_id=None,
             num_return_sequences=1,
+            bad_words_ids=None,
+            **PARITY_NEUTRAL,
             **({k: int(v[0]) for k, v in forced.items()} if self.target_prefix else {}),
             **(BEAM_OPTIONS | {"num_beams": beam_size} if beam_size > 1 else {"num_beams": 1}),
         )

@@ -52,6 +52,7 @@ from edgeseq.runtime.errors import TokenizerError
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
 from . import ADAPTERS, SourceError, SourceModel
+from .generation_config import PARITY_NEUTRAL, read_generation
 
 NAME = "marian"
 SUPPRESSED = -1e4  # the logit of <pad> and <s> (see the module docstring)
@@ -88,7 +89,7 @@ def detect(path: Path) -> bool:
 def load(path: Path, **options: Any) -> SourceModel:
     """The checkpoint as a Seq2SeqTransformer (eval, CPU), its tokenizers in edgeseq ids and a
     reference wrapping MarianMTModel (loaded when first used)."""
-    from .marian_tokenizer import marian_tokenizers
+    from .marian_tokenizer import marian_tokenizers, to_edgeseq_ids
 
     path = Path(path)
     config = read_config(path)
@@ -102,7 +103,10 @@ def load(path: Path, **options: Any) -> SourceModel:
     description = f"Hugging Face MarianMT checkpoint {path}"
     tokenizers = TokenizerPair(source_tok, target_tok)
     weights = (weights_file(path),)
-    return SourceModel(model, tokenizers, None, NAME, description, reference, weights)
+    generation = read_generation(path, lambda m: int(to_edgeseq_ids([m], tgt_pad)[0]), 0, (0, 1))
+    return SourceModel(
+        model, tokenizers, None, NAME, description, reference, weights, generation=generation
+    )
 
 
 # -- config.json, the vocabularies and the weights --------------------------------------------
@@ -377,6 +381,8 @@ class MarianReference:
             do_sample=False,
             forced_eos_token_id=None,
             num_return_sequences=1,
+            bad_words_ids=[[self.tgt_pad]],
+            **PARITY_NEUTRAL,
             **(BEAM_OPTIONS | {"num_beams": beam_size} if beam_size > 1 else {"num_beams": 1}),
         )
         eos = 0  # Marian's </s>

@@ -81,7 +81,8 @@ def options_key(options: GenerationOptions, max_batch: int) -> GenerationOptions
     """What must be equal for two requests to share a batch: every option, with the
     engine batch size set to the server's (lowered so that beam_size x batch_size stays
     within MAX_HYPOTHESES)."""
-    return replace(options, batch_size=min(max_batch, MAX_HYPOTHESES // options.beam_size))
+    beams = options.beam_size or 1  # unset: resolved by run_merged
+    return replace(options, batch_size=min(max_batch, MAX_HYPOTHESES // beams))
 
 
 def run_merged(
@@ -94,6 +95,7 @@ def run_merged(
     Also used by the Ray Serve deployment."""
     groups: dict[GenerationOptions, list[int]] = {}
     for index, (_, options) in enumerate(requests):
+        options = generator.resolve(options)  # unset fields: the bundle's defaults
         groups.setdefault(options_key(options, max_batch), []).append(index)
     out: list[list[Result] | Exception] = [[] for _ in requests]
     for options, members in groups.items():
@@ -146,7 +148,8 @@ class Batcher:
         self, texts: list[str], options: GenerationOptions, timeout_s: float, tokens: int = 0
     ) -> Future:
         """Queue a request; its future gets list[Result] (one per text) or an exception.
-        Raises QueueFullError when the queue cannot take `len(texts)` more inputs."""
+        Raises QueueFullError when the queue cannot take `len(texts)` more inputs. Unset
+        options take the bundle's defaults when the batch runs (`run_merged`)."""
         job = Job(list(texts), options, tokens, time.monotonic() + timeout_s)
         self.queue.put(job, len(texts))
         return job.future

@@ -132,9 +132,14 @@ class StepBatcher:
         """Queue a greedy request; its future gets list[Result] (one per text) or an
         exception. Raises QueueFullError when the queue cannot take `len(texts)` more inputs.
         `tokens`: its source tokens with </s> (what `max_batch_tokens` counts, as for
-        Batcher.submit; 0 leaves the request out of the budget)."""
-        if options.method != "greedy":
-            raise OptionsError("step batching runs greedy requests; send this one to Batcher")
+        Batcher.submit; 0 leaves the request out of the budget). Unset options take the
+        bundle's defaults (`Generator.resolve`)."""
+        options = self.generator.resolve(options)
+        if options.method != "greedy" or options.has_rules or options.split_sentences:
+            raise OptionsError(
+                "step batching runs greedy requests on whole inputs without token rules; send "
+                "this one to Batcher"
+            )
         job = StepJob(list(texts), options, time.monotonic() + timeout_s, tokens)
         self.queue.put(job, len(texts))
         return job.future
@@ -345,8 +350,10 @@ class SplitBatcher:
     ) -> Future:
         """Queue a request with the batcher that runs it; QueueFullError when both queues
         together cannot take `len(texts)` more inputs."""
-        # the step batcher runs one decoder prefix for every row: no language options
+        # the step batcher runs one decoder prefix for every row (no language options), no
+        # token rules (runtime/rules.py) and whole inputs
         plain = options.method == "greedy" and not (options.source_lang or options.target_lang)
+        plain = plain and not (options.has_rules or options.split_sentences)
         target = self.steps if plain else self.requests
         return target.submit(texts, options, timeout_s, tokens)
 

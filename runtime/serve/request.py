@@ -5,7 +5,11 @@ Request body (JSON):
 
     {"inputs": ["hello", "world"],
      "options": {"beam_size": 4, "n_best": 2}}       # any GenerationOptions field but batch_size
-                                                     # ("target_lang": "fra_Latn", ...)
+                                                     # ("target_lang": "fra_Latn",
+                                                     #  "split_sentences": true, ...)
+
+An option left out takes the bundle's generation setting (config.json "generation"), else
+edgeseq's default, as `edgeseq generate` without the flag does (`Generator.resolve`).
 
 Answer: `{"results": [...]}`, one object per input in order, each exactly what
 `edgeseq generate --json` prints for it (runtime/results.py): `index` counts from 1, and an
@@ -22,14 +26,14 @@ import json
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..errors import EdgeseqError, InputTooLongError, OptionsError
+from ..errors import EdgeseqError, InputTooLongError, MissingDependencyError, OptionsError
 from ..generator import Generator, Result
 from ..results import result_json
 from ..search import GenerationOptions
 
 # Options a request may set: every GenerationOptions field but the engine batch size.
 REQUEST_OPTIONS = tuple(f.name for f in fields(GenerationOptions) if f.name != "batch_size")
-BOOLEAN_OPTIONS = ("sample", "truncate")
+BOOLEAN_OPTIONS = ("sample", "truncate", "split_sentences")
 
 
 class RequestError(EdgeseqError):
@@ -99,8 +103,12 @@ def parse_generate(body: bytes, generator: Generator, limits: Limits) -> Generat
     tokens = 0
     for i in to_run:
         try:
-            tokens += len(generator.encode(inputs[i], options.truncate, options.source_lang).ids)
-        except InputTooLongError:
+            tokens += len(generator.encode_input(inputs[i], options).ids)
+        except MissingDependencyError as exc:  # split_sentences without the split extra
+            raise RequestError(422, str(exc)) from None
+        except InputTooLongError as exc:
+            if options.split_sentences:
+                raise RequestError(422, f"input {i + 1}, {exc}") from None
             length = len(generator.tokenizers.source.encode(inputs[i])) + 1
             raise RequestError(
                 422,

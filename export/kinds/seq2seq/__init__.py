@@ -37,6 +37,7 @@ def export(source: SourceModel, out: str | Path, options: ExportOptions) -> dict
     return write_bundle(
         source.model, source.tokenizers, out, options, task=source.task, held=held,
         reference=source.reference, languages=source.languages,
+        generation=source.generation.settings if source.generation else None,
     )  # fmt: skip
 
 

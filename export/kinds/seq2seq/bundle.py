@@ -87,6 +87,7 @@ def write_bundle(
     held: HeldOut | None = None,
     reference: SourceReference | None = None,
     languages: dict[str, Any] | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
@@ -99,7 +100,8 @@ def write_bundle(
     `MultiHeadAttention`, fused projections); without it, standard ONNX operators only.
     `reference`, the model an import adapter mapped (export/sources/), adds the parity group
     against it (source_parity.py): the bundle must reproduce the original, not only `model`.
-    `languages`, a multilingual import's language list, goes into config.json."""
+    `languages`, a multilingual import's language list, and `generation`, the source's
+    generation settings (export/sources/generation_config.py), go into config.json."""
     out = Path(out)
     refuse_existing(out, options.force)
     extras = requested(options.variants.names)
@@ -114,7 +116,9 @@ def write_bundle(
         held = HeldOut(random_sources(model, LEVEL3_MIN_INPUTS), None, "random sources")
     model.eval()
     with atomic_directory(out) as tmp:
-        manifest = _write_into(tmp, model, tokenizers, options, task, held, reference, languages)
+        manifest = _write_into(
+            tmp, model, tokenizers, options, task, held, reference, languages, generation
+        )
         if (out.exists() or out.is_symlink()) and not options.force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
     options.say(f"wrote {out}")
@@ -130,6 +134,7 @@ def _write_into(
     held: HeldOut | None,
     reference: SourceReference | None,
     languages: dict[str, Any] | None = None,
+    generation: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Every step of `write_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
@@ -156,7 +161,9 @@ def _write_into(
             prove_variant(variant.key, variant.precisions(entries[variant.key]), context, parity)
     options.say("write config, tokenizers, manifest")
     tokenizer_files = tokenizers.save(directory, model.cfg.max_len)
-    config = bundle_config(model.cfg, tokenizer_files, graphs, task, languages=languages)
+    config = bundle_config(
+        model.cfg, tokenizer_files, graphs, task, languages=languages, generation=generation
+    )
     write_json(directory / C.CONFIG_FILE, config)
     encoder = graphs["encoder"]
     needs = [MIN_ORT_FUSED_ATTENTION] if options.fuse else []
