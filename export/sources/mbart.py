@@ -59,7 +59,7 @@ BART_DEFAULTS: dict[str, Any] = {"activation_function": "gelu", "scale_embedding
 BART_DEFAULTS |= {"tie_word_embeddings": True, "max_position_embeddings": 1024}
 BART_DEFAULTS |= {"pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
 MODEL_CLASSES = {"bart": "BartForConditionalGeneration", "mbart": "MBartForConditionalGeneration"}
-MBART50_TOKENIZER = "MBart50Tokenizer"
+MBART50_TOKENIZERS = ("MBart50Tokenizer", "MBart50TokenizerFast")
 POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 
 
@@ -121,10 +121,10 @@ def _tokenizer(path: Path, config: dict[str, Any]) -> tuple[Any, dict[str, Any] 
         tokenizer, padded = swapped_tokenizer(path, vocab)
         return tokenizer, None, padded
     kind = read_tokenizer_config(path).get("tokenizer_class")
-    if kind != MBART50_TOKENIZER:
+    if kind not in MBART50_TOKENIZERS:
         raise SourceError(
             f"tokenizer_config.json tokenizer_class is {kind!r}; the mbart adapter reads "
-            f"mBART-50's {MBART50_TOKENIZER} (`[language] tokens </s>`), not mBART-cc25's "
+            f"mBART-50's {MBART50_TOKENIZERS[0]} (`[language] tokens </s>`), not mBART-cc25's "
             "MBartTokenizer (`tokens </s> [language]`): use an mBART-50 checkpoint"
         )
     return m2m_tokenizer(path, vocab)
