@@ -42,31 +42,39 @@ def _config_fields(vocab_size: int, d_model: int, layers: int, heads: int) -> di
     )  # fmt: skip
 
 
-def _randomise(model: Any, seed: int) -> None:
-    """Weights of a trained model's scale: embeddings N(0, 1/D) with the pad row zero, every
-    LayerNorm's weight and bias and final_logits_bias random."""
+def _finish(
+    model: Any, targets: Any, path: Path, seed: int, copy_steps: int, **generation: Any
+) -> Path:
+    """Give `model` weights of a trained model's scale (embeddings N(0, 1/D) with the pad row
+    zero, every LayerNorm's weight and bias and final_logits_bias random), train it
+    `copy_steps` steps to copy words (`targets`: the tokenizer train_to_copy calls), give it
+    a generation config with `generation` and save it into `path`."""
     import torch
+    from transformers import GenerationConfig
 
     torch.manual_seed(seed)
-    d_model = model.config.d_model
+    table = model.model.shared.weight
     with torch.no_grad():
-        model.model.shared.weight.normal_(0.0, d_model**-0.5)
-        model.model.shared.weight[1].zero_()
+        table.normal_(0.0, model.config.d_model**-0.5)
+        table[1].zero_()
         for module in model.modules():
             if isinstance(module, torch.nn.LayerNorm):
                 module.weight.uniform_(0.5, 1.5)
                 module.bias.normal_(0.0, 0.1)
         model.final_logits_bias.normal_(0.0, 0.5)
 
-
-def _zero_pad_row(model: Any) -> Any:
-    import torch
-
-    def hook() -> None:
+    def zero_pad_row() -> None:
         with torch.no_grad():
-            model.model.shared.weight[1].zero_()
+            table[1].zero_()
 
-    return hook
+    if copy_steps:
+        train_to_copy(model, targets, copy_steps, seed, zero_pad_row)
+    model.generation_config = GenerationConfig(
+        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
+        forced_eos_token_id=2, max_length=64, **generation,
+    )  # fmt: skip
+    model.save_pretrained(path)
+    return path
 
 
 def build_bart_dir(
@@ -80,12 +88,12 @@ def build_bart_dir(
     copy_steps: int = 0,
 ) -> Path:
     """Write a tiny BART checkpoint into `path` (created) and return it."""
+    import torch
     from tokenizers import ByteLevelBPETokenizer
     from transformers import (
         BartConfig,
         BartForConditionalGeneration,
         BartTokenizer,
-        GenerationConfig,
     )
 
     path = Path(path)
@@ -106,16 +114,9 @@ def build_bart_dir(
         activation_function="gelu", scale_embedding=False, forced_bos_token_id=None,
         init_std=0.2,  # post-norm BART learns to copy in 200 steps from this init, not 0.02
     )  # fmt: skip
+    torch.manual_seed(seed)
     model = BartForConditionalGeneration(config).eval()
-    _randomise(model, seed)
-    if copy_steps:
-        train_to_copy(model, _NoBosTargets(tokenizer), copy_steps, seed, _zero_pad_row(model))
-    model.generation_config = GenerationConfig(
-        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
-        forced_eos_token_id=2, max_length=64,
-    )  # fmt: skip
-    model.save_pretrained(path)
-    return path
+    return _finish(model, _NoBosTargets(tokenizer), path, seed, copy_steps)
 
 
 class _NoBosTargets:
@@ -142,8 +143,8 @@ def build_mbart50_dir(
     copy_steps: int = 0,
 ) -> Path:
     """Write a tiny mBART-50 checkpoint into `path` (created) and return it."""
+    import torch
     from transformers import (
-        GenerationConfig,
         MBart50Tokenizer,
         MBartConfig,
         MBartForConditionalGeneration,
@@ -163,14 +164,7 @@ def build_mbart50_dir(
         **_config_fields(len(tokenizer), d_model, layers, heads),
         activation_function="gelu", scale_embedding=True,
     )  # fmt: skip
+    torch.manual_seed(seed)
     model = MBartForConditionalGeneration(config).eval()
-    _randomise(model, seed)
-    if copy_steps:
-        train_to_copy(model, tokenizer, copy_steps, seed, _zero_pad_row(model))
-    model.generation_config = GenerationConfig(
-        bos_token_id=0, pad_token_id=1, eos_token_id=2, decoder_start_token_id=2,
-        forced_eos_token_id=2, max_length=64,
-        forced_bos_token_id=tokenizer.convert_tokens_to_ids(TARGET),
-    )  # fmt: skip
-    model.save_pretrained(path)
-    return path
+    forced = tokenizer.convert_tokens_to_ids(TARGET)
+    return _finish(model, tokenizer, path, seed, copy_steps, forced_bos_token_id=forced)

@@ -27,9 +27,10 @@ from torch import Tensor
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
+from edgeseq.runtime.tokenizer import TokenizerPair
 
-from . import ADAPTERS, SourceError
-from .marian import BEAM_OPTIONS, DECODER_MAP, ENCODER_MAP
+from . import ADAPTERS, SourceError, SourceModel
+from .marian import BEAM_OPTIONS, DECODER_MAP, ENCODER_MAP, check_stacks, weights_file
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh"}
 ACTIVATIONS |= {"swish": "silu", "silu": "silu"}
@@ -63,18 +64,7 @@ def read_hf_config(
             f"{' or '.join(model_types)} only (source formats: {', '.join(sorted(ADAPTERS))})"
         )
     config = defaults | config
-    activation = config["activation_function"]
-    if activation not in ACTIVATIONS:
-        raise SourceError(
-            f"config.json activation_function {activation!r} is not mapped (edgeseq has "
-            f"{', '.join(ACTIVATIONS)}): use a checkpoint with one of them"
-        )
-    for ours, enc, dec in (
-        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
-        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
-    ):
-        if config.get(enc) != config.get(dec):
-            raise SourceError(f"config.json {enc} != {dec}: edgeseq needs one {ours} for both")
+    check_stacks(config, ACTIVATIONS)
     start, eos = config["decoder_start_token_id"], config["eos_token_id"]
     if start != eos:
         raise SourceError(
@@ -181,6 +171,29 @@ def fill_model(
         if cfg.has_output_bias:
             params["output.bias"].copy_(weights.take("final_logits_bias").reshape(-1)[rows])
     return model.eval()
+
+
+def swapped_source(
+    path: Path,
+    name: str,
+    family: str,
+    model: Seq2SeqTransformer,
+    tokenizer: Any,
+    checked: str,
+    pad_rows: int,
+    reference: SwappedReference,
+    languages: dict[str, Any] | None,
+) -> SourceModel:
+    """The SourceModel of adapter `name` for a checkpoint of `family` (one shared tokenizer;
+    `checked` says how its ids were checked, `pad_rows` how many ids were added)."""
+    description = f"Hugging Face {family} checkpoint {path} (tokenizer: {checked})"
+    if pad_rows:
+        description += f" ({pad_rows} embedding rows without a token)"
+    tokenizers = TokenizerPair(tokenizer, tokenizer)
+    weights = (weights_file(path),)
+    return SourceModel(
+        model, tokenizers, None, name, description, reference, weights, languages=languages
+    )
 
 
 def check_tokenizer(

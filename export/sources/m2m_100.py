@@ -41,7 +41,6 @@ from torch import Tensor
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.tokenizer import TokenizerPair
 
 from . import SourceError, SourceModel
 from .bart_family import (
@@ -52,8 +51,9 @@ from .bart_family import (
     config_model_type,
     fill_model,
     read_hf_config,
+    swapped_source,
 )
-from .marian import read_weights, stack_fields, weights_file
+from .marian import read_weights, stack_fields
 
 NAME = "m2m_100"
 # M2M100Config's defaults, for keys a config.json leaves out.
@@ -83,13 +83,8 @@ def load(path: Path, **options: Any) -> SourceModel:
     reference = SwappedReference(
         path, "M2M100ForConditionalGeneration", (languages["codes"][target],)
     )
-    description = f"Hugging Face M2M-100 checkpoint {path} (tokenizer: {checked})"
-    if pad_rows:
-        description += f" ({pad_rows} embedding rows without a token)"
-    tokenizers = TokenizerPair(tokenizer, tokenizer)
-    weights = (weights_file(path),)
-    return SourceModel(
-        model, tokenizers, None, NAME, description, reference, weights, languages=languages
+    return swapped_source(
+        path, NAME, "M2M-100", model, tokenizer, checked, pad_rows, reference, languages
     )
 
 

@@ -125,17 +125,7 @@ def read_config(path: Path) -> dict[str, Any]:
     for option in MBART_OPTIONS:
         if config.get(option):
             raise SourceError(f"config.json {option} is true (mBART-style): not mapped")
-    activation = config["activation_function"]
-    if activation not in ACTIVATIONS:
-        raise SourceError(
-            f"config.json activation_function {activation!r} is not one of {', '.join(ACTIVATIONS)}"
-        )
-    for ours, enc, dec in (
-        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
-        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
-    ):
-        if config.get(enc) != config.get(dec):
-            raise SourceError(f"config.json {enc} != {dec}: one {ours} for both stacks needed")
+    check_stacks(config, ACTIVATIONS)
     pad = config.get("pad_token_id")
     if config.get("decoder_start_token_id", pad) != pad:
         start = config["decoder_start_token_id"]
@@ -199,6 +189,23 @@ def read_weights(path: Path) -> dict[str, Tensor]:
 
 
 # -- the weight map --------------------------------------------------------------------------
+def check_stacks(config: dict[str, Any], activations: dict[str, str]) -> None:
+    """Refuse a BART-family config.json (Marian, M2M-100, BART) whose activation is not in
+    `activations` or whose encoder and decoder differ in heads or FFN width."""
+    activation = config["activation_function"]
+    if activation not in activations:
+        raise SourceError(
+            f"config.json activation_function {activation!r} is not mapped (edgeseq has "
+            f"{', '.join(activations)}): use a checkpoint with one of them"
+        )
+    for ours, enc, dec in (
+        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
+        if config.get(enc) != config.get(dec):
+            raise SourceError(f"config.json {enc} != {dec}: edgeseq needs one {ours} for both")
+
+
 def stack_fields(config: dict[str, Any]) -> dict[str, Any]:
     """The ModelConfig fields of a BART-family config.json's stacks (Marian, M2M-100): widths,
     heads, layers, positions; dropout off (export runs the model in eval mode)."""

@@ -36,7 +36,6 @@ from torch import Tensor
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.tokenizer import TokenizerPair
 
 from . import SourceError, SourceModel
 from .bart_family import (
@@ -47,9 +46,10 @@ from .bart_family import (
     config_model_type,
     fill_model,
     read_hf_config,
+    swapped_source,
 )
 from .m2m_100_tokenizer import read_json
-from .marian import read_weights, stack_fields, weights_file
+from .marian import read_weights, stack_fields
 
 NAME = "mbart"
 MODEL_TYPES = ("mbart", "bart")
@@ -86,13 +86,8 @@ def load(path: Path, **options: Any) -> SourceModel:
     model = bart_model(config, read_weights(path))
     reference = SwappedReference(path, MODEL_CLASSES[kind], prefix)
     family = "BART" if kind == "bart" else "mBART-50"
-    description = f"Hugging Face {family} checkpoint {path} (tokenizer: {checked})"
-    if pad_rows:
-        description += f" ({pad_rows} embedding rows without a token)"
-    tokenizers = TokenizerPair(tokenizer, tokenizer)
-    weights = (weights_file(path),)
-    return SourceModel(
-        model, tokenizers, None, NAME, description, reference, weights, languages=languages
+    return swapped_source(
+        path, NAME, family, model, tokenizer, checked, pad_rows, reference, languages
     )
 
 
