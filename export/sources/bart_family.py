@@ -29,8 +29,9 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-from . import ADAPTERS, SourceError, SourceModel
-from .marian import BEAM_OPTIONS, DECODER_MAP, ENCODER_MAP, check_stacks, weights_file
+from . import SourceError, SourceModel
+from .hf_checkpoint import check_stacks, read_typed_config, weights_file
+from .marian import BEAM_OPTIONS, DECODER_MAP, ENCODER_MAP
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh"}
 ACTIVATIONS |= {"swish": "silu", "silu": "silu"}
@@ -51,19 +52,7 @@ def read_hf_config(
 ) -> dict[str, Any]:
     """config.json with `defaults` under it, refused unless its model_type is one of
     `model_types` and its stacks, activation and ids map onto edgeseq's blocks."""
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except OSError:
-        raise SourceError(f"{path} has no config.json (not a save_pretrained directory)") from None
-    except ValueError as exc:
-        raise SourceError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
-    if not isinstance(config, dict) or config.get("model_type") not in model_types:
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise SourceError(
-            f"config.json model_type is {kind!r}; the {adapter} adapter reads model_type "
-            f"{' or '.join(model_types)} only (source formats: {', '.join(sorted(ADAPTERS))})"
-        )
-    config = defaults | config
+    config = defaults | read_typed_config(path, model_types, adapter)
     check_stacks(config, ACTIVATIONS)
     start, eos = config["decoder_start_token_id"], config["eos_token_id"]
     if start != eos:

@@ -53,7 +53,7 @@ from .bart_family import (
     read_hf_config,
     swapped_source,
 )
-from .marian import read_weights, stack_fields
+from .hf_checkpoint import read_weights, stack_fields
 
 NAME = "m2m_100"
 # M2M100Config's defaults, for keys a config.json leaves out.

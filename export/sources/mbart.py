@@ -48,8 +48,8 @@ from .bart_family import (
     read_hf_config,
     swapped_source,
 )
+from .hf_checkpoint import read_weights, stack_fields
 from .m2m_100_tokenizer import read_json
-from .marian import read_weights, stack_fields
 
 NAME = "mbart"
 MODEL_TYPES = ("mbart", "bart")
