@@ -3,8 +3,9 @@ m2m_100.py, BART and mBART-50 in mbart.py): their `<s>` 0 `<pad>` 1 `</s>` 2 `<u
 the config.json checks, a weight reader that refuses unused weights, and the reference over
 transformers' own model.
 
-    config = read_hf_config(path, ("bart",), "mbart", BART_DEFAULTS, ACTIVATIONS)
-    weights = FairseqWeights(state)          # weights.take(key); weights.check_all_used(tied)
+    config = read_hf_config(path, ("mbart", "bart"), "mbart", BART_DEFAULTS)
+    weights = FairseqWeights(state, "BART")  # weights.take(key); weights.check_all_used(tied)
+    model = fill_model(cfg, config, weights, (src_positions, tgt_positions))
     table[source_rows(vocab)]                # a source table's rows in edgeseq ids
     reference = SwappedReference(path, "BartForConditionalGeneration", ())
 
@@ -18,7 +19,6 @@ so the output is untied. If the source generated `<s>` mid-output, edgeseq would
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -37,14 +37,6 @@ ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh"}
 ACTIVATIONS |= {"swish": "silu", "silu": "silu"}
 TABLE_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight")
 TABLE_KEYS += ("model.decoder.embed_tokens.weight",)
-
-
-def config_model_type(path: Path) -> str | None:
-    """config.json's model_type, None when unreadable (for `detect`)."""
-    try:
-        return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except (OSError, ValueError, AttributeError):
-        return None
 
 
 def read_hf_config(

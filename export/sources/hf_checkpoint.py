@@ -2,6 +2,7 @@
 Marian, M2M-100, BART, mBART) is read with: config.json by model_type, the stack fields and
 their checks, the weights file.
 
+    config_model_type(path)                                    # "marian" (None: unreadable)
     config = read_typed_config(path, ("marian",), "marian")    # SourceError naming the type
     check_stacks(config, {"relu": "relu"})                     # activation, heads, FFN widths
     ModelConfig(**stack_fields(config), ...)                   # d_model, heads, layers, ...
@@ -20,6 +21,14 @@ from torch import Tensor
 from . import ADAPTERS, SourceError
 
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def config_model_type(path: Path) -> str | None:
+    """config.json's model_type, None when unreadable (for `detect`)."""
+    try:
+        return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 def read_typed_config(path: Path, model_types: tuple[str, ...], adapter: str) -> dict[str, Any]:

@@ -48,12 +48,11 @@ from .bart_family import (
     FairseqWeights,
     SwappedReference,
     check_tokenizer,
-    config_model_type,
     fill_model,
     read_hf_config,
     swapped_source,
 )
-from .hf_checkpoint import read_weights, stack_fields
+from .hf_checkpoint import config_model_type, read_weights, stack_fields
 
 NAME = "m2m_100"
 # M2M100Config's defaults, for keys a config.json leaves out.

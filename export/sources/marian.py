@@ -52,7 +52,14 @@ from edgeseq.runtime.errors import TokenizerError
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
 from . import SourceError, SourceModel
-from .hf_checkpoint import check_stacks, read_typed_config, read_weights, stack_fields, weights_file
+from .hf_checkpoint import (
+    check_stacks,
+    config_model_type,
+    read_typed_config,
+    read_weights,
+    stack_fields,
+    weights_file,
+)
 
 NAME = "marian"
 SUPPRESSED = -1e4  # the logit of <pad> and <s> (see the module docstring)
@@ -77,12 +84,7 @@ DECODER_MAP |= {"sub_cross.norm": "encoder_attn_layer_norm"}
 
 def detect(path: Path) -> bool:
     """A directory whose config.json says model_type marian."""
-    try:
-        return (
-            json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") == NAME
-        )
-    except (OSError, ValueError, AttributeError):
-        return False
+    return config_model_type(path) == NAME
 
 
 def load(path: Path, **options: Any) -> SourceModel:

@@ -43,12 +43,11 @@ from .bart_family import (
     FairseqWeights,
     SwappedReference,
     check_tokenizer,
-    config_model_type,
     fill_model,
     read_hf_config,
     swapped_source,
 )
-from .hf_checkpoint import read_weights, stack_fields
+from .hf_checkpoint import config_model_type, read_weights, stack_fields
 from .m2m_100_tokenizer import read_json
 
 NAME = "mbart"
