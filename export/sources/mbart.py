@@ -150,7 +150,7 @@ def bart_model(config: dict[str, Any], state: dict[str, Tensor]) -> Seq2SeqTrans
     tables = [weights.take(key) for key in POSITION_KEYS]
     want = (cfg.max_len + POSITION_OFFSET, cfg.d_model)
     for key, table in zip(POSITION_KEYS, tables, strict=True):
-        if tuple(table.shape) < want or table.shape[1] != cfg.d_model:
+        if table.shape[0] < want[0] or table.shape[1] != cfg.d_model:
             raise SourceError(
                 f"the weights' {key} is {tuple(table.shape)}; max_position_embeddings "
                 f"{cfg.max_len} needs {want}: use the checkpoint's own config.json"
