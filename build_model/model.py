@@ -231,6 +231,9 @@ class Seq2SeqTransformer(nn.Module):
         self.tgt_embed = TokenEmbedding(cfg.tgt_vocab_size, cfg.d_model, cfg.scale_embedding)
         self.src_pos = PositionalEncoding(cfg.max_len, cfg.d_model, cfg.positional)
         self.tgt_pos = PositionalEncoding(cfg.max_len, cfg.d_model, cfg.positional)
+        # BART's layernorm_embedding (cfg.embedding_norm): a norm on embedding + position
+        self.src_embed_norm = make_norm(cfg) if cfg.embedding_norm else None
+        self.tgt_embed_norm = make_norm(cfg) if cfg.embedding_norm else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -260,11 +263,17 @@ class Seq2SeqTransformer(nn.Module):
         """src_ids (B, S) int64 -> memory (B, S, D)."""
         if src_keep is None:
             src_keep = self.source_keep(src_ids)
-        x = self.dropout(self.src_pos(self.src_embed(src_ids)))
+        x = self.embed_source(src_ids)
         keep = src_keep[:, None, None, :]  # (B, 1, 1, S)
         for layer in self.encoder_layers:
             x = layer(x, keep)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
+
+    def embed_source(self, src_ids: Tensor) -> Tensor:
+        """src_ids (B, S) int64 -> the encoder's input (B, S, D): token embedding + position,
+        normalised when cfg.embedding_norm, then dropout."""
+        x = self.src_pos(self.src_embed(src_ids))
+        return self.dropout(self.src_embed_norm(x) if self.src_embed_norm is not None else x)
 
     def cross_kv(self, memory: Tensor) -> tuple[Cache, Cache]:
         """memory (B, S, D) -> cross-attention K and V of each decoder layer: two L-tuples of
@@ -278,6 +287,19 @@ class Seq2SeqTransformer(nn.Module):
         cfg = self.cfg
         empty = like.new_zeros((batch, cfg.n_heads, 0, cfg.d_head))
         return (empty,) * cfg.n_decoder_layers, (empty,) * cfg.n_decoder_layers
+
+    def embed_target(
+        self, input_ids: Tensor, offset: int | Tensor = 0, position_ids: Tensor | None = None
+    ) -> Tensor:
+        """input_ids (B, N) int64 -> the decoder's input (B, N, D): token embedding + the
+        positions offset..offset+N-1 (or the rows position_ids (B, N) int64), normalised when
+        cfg.embedding_norm, then dropout."""
+        embedded = self.tgt_embed(input_ids)
+        if position_ids is None:
+            x = self.tgt_pos(embedded, offset=offset)
+        else:
+            x = self.tgt_pos.at(embedded, position_ids)
+        return self.dropout(self.tgt_embed_norm(x) if self.tgt_embed_norm is not None else x)
 
     def decode_step(
         self,
@@ -301,11 +323,7 @@ class Seq2SeqTransformer(nn.Module):
         can be at different positions (continuous batching: export/kinds/seq2seq/steps_graph.py).
         """
         past_len, new_len = past_k[0].shape[2], input_ids.shape[1]
-        embedded = self.tgt_embed(input_ids)
-        if position_ids is None:
-            x = self.dropout(self.tgt_pos(embedded, offset=past_len))
-        else:
-            x = self.dropout(self.tgt_pos.at(embedded, position_ids))
+        x = self.embed_target(input_ids, past_len, position_ids)
         q_pos = torch.arange(new_len, device=input_ids.device) + past_len  # (N,)
         k_pos = torch.arange(past_len + new_len, device=input_ids.device)  # (P+N,)
         self_keep = (k_pos[None, :] <= q_pos[:, None])[None, None]  # (1, 1, N, P+N)

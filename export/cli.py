@@ -58,8 +58,8 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     default="auto",
     show_default=True,
     help="What SOURCE is: an edgeseq checkpoint (checkpoint), a torch.nn.Transformer model "
-    "described by a torch_source.json (torch), a Hugging Face MarianMT directory (marian); "
-    "auto recognises it.",
+    "described by a torch_source.json (torch), a Hugging Face MarianMT directory (marian), "
+    "M2M-100 / NLLB-200 (m2m_100), BART or mBART-50 (mbart); auto recognises it.",
 )
 @click.option(
     "--data",

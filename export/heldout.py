@@ -97,10 +97,11 @@ def heldout_from_file(
     rows = [line.split("\t") for line in lines if line.strip()]
     with_refs = bool(rows) and all(len(r) > 1 for r in rows)
     cfg, eos = model.cfg, tokenizers.source.eos_id
+    bos = [tokenizers.source.bos_id] if cfg.source_bos else []  # BART: <s> tokens </s>
     sources, texts, references, seen = [], [], [], set()
     for source, *refs in rows:
-        ids = [*tokenizers.source.encode(source), eos]
-        if source in seen or len(ids) > cfg.max_len or len(ids) == 1:
+        ids = [*bos, *tokenizers.source.encode(source), eos]
+        if source in seen or len(ids) > cfg.max_len or len(ids) == len(bos) + 1:
             continue
         seen.add(source)
         sources.append(ids)

@@ -26,9 +26,11 @@ ARCHITECTURE_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 
 # Fields added for imported models (export/sources); omitted from to_dict() at these defaults.
 IMPORT_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "final_norm": None, "output_bias": None}
+IMPORT_DEFAULTS |= {"source_bos": False}
 IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
-# Block options (T5 v1.1's RMS norm and gated feed-forward); omitted at these defaults too.
-BLOCK_DEFAULTS: dict[str, Any] = {"norm_type": "layer", "ffn": "plain"}
+# Block options (T5 v1.1's RMS norm and gated feed-forward, BART's norm of the embeddings);
+# omitted at these defaults too.
+BLOCK_DEFAULTS: dict[str, Any] = {"norm_type": "layer", "ffn": "plain", "embedding_norm": False}
 OPTIONAL_DEFAULTS = {**IMPORT_DEFAULTS, **BLOCK_DEFAULTS}
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
@@ -67,9 +69,12 @@ class ModelConfig:
     scale_embedding: bool = True  # token embeddings x sqrt(d_model) (nn.Transformer users may not)
     final_norm: bool | None = None  # LayerNorm after each stack; None: in pre-norm only
     output_bias: bool | None = None  # output projection has a bias; None: when not tie_output
+    source_bos: bool = False  # sources are `<s> tokens </s>` (BART's), not `tokens </s>`
     # Block options (docs/blocks.md), encoder-decoder only; omitted by to_dict() at defaults.
     norm_type: str = "layer"  # every norm: "layer" (LayerNorm) | "rms" (x / rms(x) * w, T5's)
     ffn: str = "plain"  # "plain": W2 act(W1 x) | "gated": W2 (act(W1 x) * W3 x), T5 v1.1's
+    embedding_norm: bool = False  # a norm (norm_type) on token embedding + position, in the
+    # encoder and the decoder, before dropout: BART / mBART's layernorm_embedding
 
     @property
     def d_head(self) -> int:
@@ -134,6 +139,10 @@ class ModelConfig:
             out.append("tie_output needs a decoder; an encoder-only model's head has labels")
         if not isinstance(self.tie_output, bool):
             out.append(f"tie_output must be true or false, got {self.tie_output!r}")
+        if not isinstance(self.source_bos, bool):
+            out.append(f"source_bos must be true or false, got {self.source_bos!r}")
+        if not isinstance(self.embedding_norm, bool):
+            out.append(f"embedding_norm must be true or false, got {self.embedding_norm!r}")
         if not isinstance(self.scale_embedding, bool):
             out.append(f"scale_embedding must be true or false, got {self.scale_embedding!r}")
         for name in ("final_norm", "output_bias"):

@@ -203,8 +203,9 @@ class Generator:
         return ids, unknown
 
     def encode(self, text: str, truncate: bool = False, source_lang: str | None = None) -> Source:
-        """Token ids of normalised `text` plus `</s>`, after the source language's token for
-        a multilingual model (`source_lang`, default the model's). Longer than max_len:
+        """Token ids of normalised `text` plus `</s>`, after `<s>` when config.source_bos and
+        the source language's token for a multilingual model (`source_lang`, default the
+        model's). Longer than max_len:
         InputTooLongError, or with `truncate` the tokens are cut so that they fill max_len.
         No known symbol: a Source marked `skipped` (never too long)."""
         ids, unknown = self.tokenize(text)
@@ -237,11 +238,14 @@ class Generator:
         return Source.joined(encoded)
 
     def _source_prefix(self, source_lang: str | None) -> list[int]:
+        """The ids before a source's tokens: `<s>` when config.source_bos (BART), then the
+        source language's token for a multilingual model."""
+        bos = [self.config.bos_id] if self.config.source_bos else []
         languages = self.bundle.languages
         if languages is None:
             no_languages(GenerationOptions(source_lang=source_lang))
-            return []
-        return languages.source_prefix_ids(source_lang)
+            return bos
+        return bos + languages.source_prefix_ids(source_lang)
 
     def resolve(self, options: GenerationOptions) -> GenerationOptions:
         """`options` with the model's default languages filled in, and every unset field

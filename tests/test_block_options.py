@@ -1,12 +1,14 @@
-"""The block options `norm_type: "rms"` and `ffn: "gated"` (T5 v1.1's RMS norm and gated
-feed-forward): config.json unchanged at the defaults, the refusals, the arithmetic of
-docs/blocks.md, and a model trained a few steps by a recipe with them, exported fused (with
-the int8, in-place and steps variants) and unfused, parity levels 1-3 and generation."""
+"""The block options `norm_type: "rms"`, `ffn: "gated"` (T5 v1.1's RMS norm and gated
+feed-forward) and `embedding_norm` (BART's layernorm_embedding): config.json unchanged at the
+defaults, the refusals, the arithmetic of docs/blocks.md, and a model trained a few steps by a
+recipe with them, exported fused (with the int8, in-place and steps variants) and unfused,
+parity levels 1-3 and generation."""
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 import torch
 
 from edgeseq.build_model.checkpoint import load_checkpoint
+from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.sublayers import GatedFeedForward, RMSNorm
 from edgeseq.build_model.train import Recipe, train
 from edgeseq.export.fused_ops import FUSED_OP, MS_DOMAIN
@@ -27,15 +30,19 @@ from edgeseq.runtime.generator import Generator
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 OPTIONS = dict(norm="pre", norm_type="rms", ffn="gated", activation="gelu-tanh", dropout=0.0)
+OPTIONS |= {"embedding_norm": True}
 WORDS = ["abc", "fedcba", "a", "cabbac", "bb"]
 
 
 def test_defaults_leave_config_json_as_it_was_and_options_round_trip() -> None:
     plain = ModelConfig(src_vocab_size=10, tgt_vocab_size=12)
-    assert not {"norm_type", "ffn"} & set(plain.to_dict())
+    assert not {"norm_type", "ffn", "embedding_norm"} & set(plain.to_dict())
     t5 = ModelConfig(src_vocab_size=10, tgt_vocab_size=12, norm_type="rms", ffn="gated")
     assert t5.to_dict()["norm_type"] == "rms" and t5.to_dict()["ffn"] == "gated"
     assert ModelConfig.from_json(t5.to_json()) == t5
+    bart = ModelConfig(src_vocab_size=10, tgt_vocab_size=12, embedding_norm=True)
+    assert bart.to_dict()["embedding_norm"] is True
+    assert ModelConfig.from_json(bart.to_json()) == bart
     assert "norm_type" not in ModelConfig.from_json(plain.to_json()).to_dict()
 
 
@@ -46,6 +53,8 @@ def test_defaults_leave_config_json_as_it_was_and_options_round_trip() -> None:
         ({"ffn": "glu"}, "ffn must be one of plain, gated; got 'glu'"),
         ({"activation": "gelu_new"}, "activation must be one of relu, gelu, gelu-tanh, silu"),
         ({"norm_type": "rms", "architecture": "decoder-only"}, "norm_type apply to the encoder"),
+        ({"embedding_norm": 1}, "embedding_norm must be true or false, got 1"),
+        ({"embedding_norm": True, "architecture": "encoder-only"}, "embedding_norm apply to"),
     ],
 )
 def test_bad_block_options_are_refused_naming_the_field(options: dict, match: str) -> None:
@@ -76,6 +85,30 @@ def test_rms_norm_and_gated_ffn_compute_the_documented_formulas() -> None:
     np.testing.assert_allclose(ffn(x).detach().numpy(), want, atol=1e-5)
 
 
+def test_embedding_norm_computes_the_documented_formula() -> None:
+    """docs/blocks.md's numpy for embedding_norm (LayerNorm after token x sqrt(D) + position),
+    on the encoder's and the cached decoder's input; without the option no norm exists."""
+    cfg = ModelConfig(src_vocab_size=12, tgt_vocab_size=14, d_model=8, n_heads=2, dropout=0.0)
+    assert Seq2SeqTransformer(cfg).src_embed_norm is None
+    torch.manual_seed(0)
+    model = Seq2SeqTransformer(replace(cfg, embedding_norm=True)).eval()
+    for norm in (model.src_embed_norm, model.tgt_embed_norm):
+        torch.nn.init.normal_(norm.weight)
+        torch.nn.init.normal_(norm.bias)
+    ids = torch.tensor([[4, 5, 6], [7, 2, 0]])
+    for embed, pos, norm, got in (
+        (model.src_embed, model.src_pos, model.src_embed_norm, model.embed_source(ids)),
+        (model.tgt_embed, model.tgt_pos, model.tgt_embed_norm, model.embed_target(ids, 2)),
+    ):
+        offset = 0 if embed is model.src_embed else 2
+        table, rows = embed.weight.detach().numpy(), pos.table.detach().numpy()
+        x = table[ids.numpy()] * np.sqrt(8) + rows[offset : offset + 3]
+        mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
+        want = (x - mean) / np.sqrt(var + cfg.layer_norm_eps) * norm.weight.detach().numpy()
+        want += norm.bias.detach().numpy()
+        np.testing.assert_allclose(got.detach().numpy(), want, atol=1e-5)
+
+
 @pytest.fixture(scope="module")
 def bundles(small_reverse_task, small_recipe_factory, tmp_path_factory) -> dict[bool, Path]:
     """A recipe with every option trained 30 steps, exported fused (fp32, int8, inplace,
@@ -84,7 +117,8 @@ def bundles(small_reverse_task, small_recipe_factory, tmp_path_factory) -> dict[
     recipe = small_recipe_factory(**OPTIONS)
     train(small_reverse_task, recipe, out / "run", seed=0, max_steps=30, threads=1, progress=False)
     model, tokenizers, _ = load_checkpoint(out / "run" / "last")
-    assert (model.cfg.norm_type, model.cfg.ffn) == ("rms", "gated")
+    assert (model.cfg.norm_type, model.cfg.ffn, model.cfg.embedding_norm) == ("rms", "gated", True)
+    assert isinstance(model.src_embed_norm, RMSNorm) and isinstance(model.tgt_embed_norm, RMSNorm)
     assert not [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
     paths = {}
     for fuse, names in ((True, ("fp32", "int8", "inplace", "steps")), (False, ("fp32", "int8"))):
@@ -106,6 +140,7 @@ def test_export_passes_parity_levels_and_the_int8_gate(bundles, fuse: bool) -> N
         "gated",
         "gelu-tanh",
     )
+    assert config["embedding_norm"] is True
     parity = manifest["parity"]
     assert parity["passed"] and all(parity[f"level{i}"]["passed"] for i in (1, 2, 3))
     assert max(parity["level1"]["max_abs_diff"].values()) < 1e-5

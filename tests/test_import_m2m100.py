@@ -112,7 +112,8 @@ def test_greedy_and_beam_equal_the_sources_generate(source: Any, language: str) 
     same language token (runtime/prefix.py), greedy and beam 4."""
     lang = source.languages["codes"][language]
     sources = inputs(source)
-    reference = type(source.reference)(source.reference.path, (lang,))
+    ref = source.reference
+    reference = type(ref)(ref.path, ref.model_class, (lang,))
     step, src = ForcedPrefix(TorchStep(source.model), [[lang]]), right_pad(sources, 0)
     greedy = greedy_search(step, src, MAX_NEW)
     beam = [list(h[0].tokens) for h in beam_search(step, src, 4, MAX_NEW)]

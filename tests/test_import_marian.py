@@ -206,7 +206,7 @@ def _edit_config(path: Path, **changes: Any) -> None:
     [
         (dict(model_type="bart"), "model_type is 'bart'; the marian adapter reads model_type"),
         (dict(normalize_before=True), "normalize_before is true .mBART-style."),
-        (dict(activation_function="gelu_new"), "activation_function 'gelu_new' is not one of"),
+        (dict(activation_function="gelu_new"), "activation_function 'gelu_new' is not mapped"),
         (dict(decoder_ffn_dim=48), "encoder_ffn_dim != decoder_ffn_dim"),
         (dict(decoder_start_token_id=0), "decoder_start_token_id 0 is not the pad id"),
         (dict(vocab_size=7), "vocab.json has .* entries but config.json says 7"),

@@ -32,7 +32,6 @@ more ids than the embedding has rows.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -42,34 +41,30 @@ from torch import Tensor
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.tokenizer import TokenizerPair
 
-from . import ADAPTERS, SourceError, SourceModel
-from .generation_config import PARITY_NEUTRAL, read_generation
-from .marian import DECODER_MAP, ENCODER_MAP, read_weights, stack_fields, weights_file
+from . import SourceError, SourceModel
+from .bart_family import (
+    ACTIVATIONS,
+    FairseqWeights,
+    SwappedReference,
+    check_tokenizer,
+    fill_model,
+    read_hf_config,
+    swapped_source,
+)
+from .hf_checkpoint import config_model_type, read_weights, stack_fields
 
 NAME = "m2m_100"
 # M2M100Config's defaults, for keys a config.json leaves out.
 M2M_DEFAULTS: dict[str, Any] = {"activation_function": "relu", "scale_embedding": True}
 M2M_DEFAULTS |= {"tie_word_embeddings": True, "max_position_embeddings": 1024}
 M2M_DEFAULTS |= {"pad_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 2}
-ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh"}
-ACTIVATIONS |= {"swish": "silu", "silu": "silu"}
-# BEAM_OPTIONS as Marian's: edgeseq's beam search stops an input at beam_size finished.
-BEAM_OPTIONS = {"length_penalty": 1.0, "early_stopping": True}
 POSITION_KEYS = ("model.encoder.embed_positions.weights", "model.decoder.embed_positions.weights")
-TABLE_KEYS = ("model.shared.weight", "model.encoder.embed_tokens.weight")
-TABLE_KEYS += ("model.decoder.embed_tokens.weight",)
 
 
 def detect(path: Path) -> bool:
     """A directory whose config.json says model_type m2m_100."""
-    try:
-        return (
-            json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") == NAME
-        )
-    except (OSError, ValueError, AttributeError):
-        return False
+    return config_model_type(path) == NAME
 
 
 def load(path: Path, **options: Any) -> SourceModel:
@@ -80,84 +75,23 @@ def load(path: Path, **options: Any) -> SourceModel:
     path = Path(path)
     config = read_config(path)
     tokenizer, languages, pad_rows = m2m_tokenizer(path, config["vocab_size"])
-    checked = _check_tokenizer(path, tokenizer, languages)
+    source_lang = languages["default_source"]
+    checked = check_tokenizer(path, tokenizer, [languages["codes"][source_lang]], source_lang)
     model = m2m_model(config, read_weights(path))
     target = languages["default_target"] or next(iter(languages["codes"]))
-    reference = M2M100Reference(path, (languages["codes"][target],))
-    description = f"Hugging Face M2M-100 checkpoint {path} (tokenizer: {checked})"
-    if pad_rows:
-        description += f" ({pad_rows} embedding rows without a token)"
-    tokenizers = TokenizerPair(tokenizer, tokenizer)
-    weights = (weights_file(path),)
-    swap = {0: 1, 1: 0}  # source_rows: <s> and <pad> trade places, every other id is kept
-    generation = read_generation(
-        path, lambda i: swap.get(i, i), config["eos_token_id"], handled=("forced_bos_token_id",)
+    reference = SwappedReference(
+        path, "M2M100ForConditionalGeneration", (languages["codes"][target],)
     )
-    return SourceModel(
-        model, tokenizers, None, NAME, description, reference, weights, languages=languages,
-        generation=generation,
-    )  # fmt: skip
-
-
-def _check_tokenizer(path: Path, tokenizer: Any, languages: dict[str, Any]) -> str:
-    """Refuse a converted tokenizer whose ids differ from transformers' on CHECK_TEXTS; say
-    how many matched (or why nothing was checked)."""
-    from .m2m_100_tokenizer import CHECK_TEXTS, check_ids
-
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return "not checked, transformers is not installed"
-    texts = list(CHECK_TEXTS)
-    matched = check_ids(path, tokenizer, texts, languages["default_source"])
-    if matched != len(texts):
-        raise SourceError(
-            f"the converted tokenizer gives transformers' ids on {matched} of {len(texts)} "
-            "check texts only: report it with the checkpoint's tokenizer files"
-        )
-    return f"ids equal to transformers' on {matched}/{len(texts)} check texts"
+    return swapped_source(
+        path, NAME, "M2M-100", model, tokenizer, checked, pad_rows, reference, languages
+    )
 
 
 def read_config(path: Path) -> dict[str, Any]:
     """config.json, refused unless it describes an M2M-100 model this map reproduces."""
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except OSError:
-        raise SourceError(f"{path} has no config.json (not a save_pretrained directory)") from None
-    except ValueError as exc:
-        raise SourceError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
-    if not isinstance(config, dict) or config.get("model_type") != NAME:
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise SourceError(
-            f"config.json model_type is {kind!r}; the m2m_100 adapter reads model_type m2m_100 "
-            f"only (source formats: {', '.join(sorted({*ADAPTERS, NAME}))})"
-        )
-    config = M2M_DEFAULTS | config
-    activation = config["activation_function"]
-    if activation not in ACTIVATIONS:
-        raise SourceError(
-            f"config.json activation_function {activation!r} is not mapped (edgeseq has "
-            f"{', '.join(ACTIVATIONS)}): use a checkpoint with one of them"
-        )
-    for ours, enc, dec in (
-        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
-        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
-    ):
-        if config.get(enc) != config.get(dec):
-            raise SourceError(f"config.json {enc} != {dec}: edgeseq needs one {ours} for both")
-    start, eos = config["decoder_start_token_id"], config["eos_token_id"]
-    if start != eos:
-        raise SourceError(
-            f"config.json decoder_start_token_id {start} is not </s> ({eos}): not mapped "
-            "(edgeseq maps M2M-100's start from </s>)"
-        )
+    config = read_hf_config(path, (NAME,), NAME, M2M_DEFAULTS)
     if config["d_model"] % 2:
         raise SourceError(f"config.json d_model {config['d_model']} is odd: not mapped")
-    if (config["pad_token_id"], eos) != (1, 2):
-        raise SourceError(
-            f"config.json pad_token_id {config['pad_token_id']} / eos_token_id {eos} are not "
-            "M2M-100's 1 / 2: not mapped"
-        )
     return config
 
 
@@ -190,67 +124,18 @@ def m2m_positions(rows: int, d_model: int, pad: int) -> Tensor:
 def m2m_model(config: dict[str, Any], state: dict[str, Tensor]) -> Seq2SeqTransformer:
     """A Seq2SeqTransformer holding the M2M-100 weights `state`, rows in edgeseq ids."""
     cfg = model_config(config)
-    weights = _M2MWeights(state)
-    vocab = config["vocab_size"]
-    table = weights.take_table(vocab)
-    rows = source_rows(vocab)
-    model = Seq2SeqTransformer(cfg)
-    params = dict(model.named_parameters())
+    weights = _M2MWeights(state, "M2M-100")
     pad = config["pad_token_id"]
     positions = m2m_positions(cfg.max_len + pad + 1, cfg.d_model, pad)[pad + 1 :]
-    with torch.no_grad():
-        params["src_embed.weight"].copy_(table[rows])
-        start_rows = rows.clone()
-        start_rows[1] = config["decoder_start_token_id"]  # edgeseq's <s> embeds </s>
-        params["tgt_embed.weight"].copy_(table[start_rows])
-        params["src_pos.table"].copy_(positions)
-        params["tgt_pos.table"].copy_(positions)
-        for side, layers, mapping in (
-            ("encoder", cfg.n_encoder_layers, ENCODER_MAP),
-            ("decoder", cfg.n_decoder_layers, DECODER_MAP),
-        ):
-            for i in range(layers):
-                for ours, theirs in mapping.items():
-                    for kind in ("weight", "bias"):
-                        value = weights.take(f"model.{side}.layers.{i}.{theirs}.{kind}")
-                        params[f"{side}_layers.{i}.{ours}.{kind}"].copy_(value)
-            for kind in ("weight", "bias"):
-                params[f"{side}_norm.{kind}"].copy_(weights.take(f"model.{side}.layer_norm.{kind}"))
-        tied = bool(config["tie_word_embeddings"])
-        output = table if tied else weights.take("lm_head.weight")
-        params["output.weight"].copy_(output[rows])
+    model = fill_model(cfg, config, weights, (positions, positions))
     weights.check_positions(cfg.max_len + pad + 1, cfg.d_model, pad)
-    weights.check_all_used(tied)
-    return model.eval()
+    weights.check_all_used(bool(config["tie_word_embeddings"]))
+    return model
 
 
-def source_rows(size: int) -> Tensor:
-    """The source's id of each edgeseq id 0..size-1: `<s>` 0 and `<pad>` 1 swapped."""
-    rows = torch.arange(size)
-    rows[0], rows[1] = 1, 0
-    return rows
-
-
-class _M2MWeights:
-    """An M2M-100 state_dict, read by name; remembers which keys the map used."""
-
-    def __init__(self, state: dict[str, Tensor]) -> None:
-        self.state, self.used = state, set()
-        self.table_key = next((k for k in TABLE_KEYS if k in state), TABLE_KEYS[0])
-
-    def take(self, key: str) -> Tensor:
-        """The tensor `key`, marked used; SourceError when the weights lack it."""
-        if key not in self.state:
-            raise SourceError(f"the weights lack {key}")
-        self.used.add(key)
-        return self.state[key]
-
-    def take_table(self, rows: int) -> Tensor:
-        """The shared token table (rows, D)."""
-        table = self.take(self.table_key)
-        if table.shape[0] != rows:
-            raise SourceError(f"{self.table_key} has {table.shape[0]} rows; config.json: {rows}")
-        return table
+class _M2MWeights(FairseqWeights):
+    """An M2M-100 state_dict (FairseqWeights) whose positional tables, if stored, must be the
+    formula's."""
 
     def check_positions(self, rows: int, d_model: int, pad: int) -> None:
         """Stored positional tables (transformers leaves them out) must be the formula's."""
@@ -260,83 +145,3 @@ class _M2MWeights:
                 want = m2m_positions(max(rows, stored.shape[0]), d_model, pad)[: stored.shape[0]]
                 if not torch.allclose(stored, want, atol=1e-6):
                     raise SourceError(f"the weights' {key} is not M2M-100's sinusoidal table")
-
-    def check_all_used(self, tied: bool) -> None:
-        """Refuse weights the map did not use, except copies of the shared table."""
-        aliases = set(TABLE_KEYS) | ({"lm_head.weight"} if tied else set())
-        for key in sorted(set(self.state) - self.used):
-            if key not in aliases:
-                raise SourceError(f"the weights hold {key}, which the M2M-100 map does not use")
-            if not torch.equal(self.state[key], self.state[self.table_key]):
-                raise SourceError(f"the weights' {key} differs from {self.table_key}")
-
-
-# -- the reference ---------------------------------------------------------------------------
-class M2M100Reference:
-    """`SourceReference` over transformers' M2M100ForConditionalGeneration, in edgeseq ids
-    (loaded when first used). `target_prefix`: the target-language token forced first (edgeseq
-    ids): the checkpoint's default target language, else its first language code."""
-
-    def __init__(self, path: Path, target_prefix: tuple[int, ...]) -> None:
-        self.path, self.target_prefix = path, target_prefix
-        self._model: Any = None
-
-    @property
-    def model(self) -> Any:
-        """The M2M100ForConditionalGeneration of the directory, eval mode."""
-        if self._model is None:
-            from transformers import M2M100ForConditionalGeneration
-
-            self._model = M2M100ForConditionalGeneration.from_pretrained(
-                self.path, local_files_only=True
-            ).eval()
-        return self._model
-
-    @torch.inference_mode()
-    def logits(self, src_ids: Any, tgt_in: Any) -> Tensor:
-        """src_ids int64 (B, S) right-padded, tgt_in int64 (B, T) from `<s>`, edgeseq ids
-        (torch or numpy) -> float32 (B, T, V) in edgeseq ids. The leading `<s>` becomes the
-        source's decoder start `</s>`."""
-        src = torch.as_tensor(src_ids, dtype=torch.int64)
-        tgt = _to_m2m(torch.as_tensor(tgt_in, dtype=torch.int64))
-        tgt[:, 0] = self.model.config.decoder_start_token_id
-        out = self.model(
-            input_ids=_to_m2m(src), attention_mask=(src != 0).long(), decoder_input_ids=tgt
-        ).logits  # right pads of tgt sit behind the causal mask
-        return out[..., source_rows(out.shape[-1])].float()
-
-    @torch.inference_mode()
-    def generate(
-        self, sources: list[list[int]], beam_size: int, max_new_tokens: int
-    ) -> list[list[int]]:
-        """The source's generate for `sources` (edgeseq ids ending with `</s>`) with the
-        target language forced first, in edgeseq ids without the start token and `</s>`."""
-        width = max(map(len, sources))
-        src = torch.tensor([list(s) + [0] * (width - len(s)) for s in sources])
-        forced = {"forced_bos_token_id": _to_m2m(torch.tensor(self.target_prefix[:1]))}
-        out = self.model.generate(
-            input_ids=_to_m2m(src),
-            attention_mask=(src != 0).long(),
-            max_new_tokens=max_new_tokens,
-            max_length=None,
-            do_sample=False,
-            forced_eos_token_id=None,
-            num_return_sequences=1,
-            bad_words_ids=None,
-            **PARITY_NEUTRAL,
-            **({k: int(v[0]) for k, v in forced.items()} if self.target_prefix else {}),
-            **(BEAM_OPTIONS | {"num_beams": beam_size} if beam_size > 1 else {"num_beams": 1}),
-        )
-        eos = self.model.config.eos_token_id
-        rows = []
-        for row in out[:, 1:].tolist():
-            row = row[: row.index(eos)] if eos in row else row
-            rows.append(_to_m2m(torch.tensor(row, dtype=torch.int64)).tolist() if row else [])
-        return rows
-
-
-def _to_m2m(ids: Tensor) -> Tensor:
-    """edgeseq ids <-> the source's (the swap of 0 and 1 is its own inverse)."""
-    out = ids.clone()
-    out[ids == 0], out[ids == 1] = 1, 0
-    return out

@@ -3,14 +3,15 @@ and its language list, so that the runtime needs neither transformers nor senten
 
     tokenizer, languages, padded = m2m_tokenizer(checkpoint_dir, vocab_size)
     languages["codes"]["fra_Latn"]     # the edgeseq id of the language token
-    matched, total = check_ids(checkpoint_dir, tokenizer, texts)   # vs transformers' ids
+    tokenizer, padded = swapped_tokenizer(checkpoint_dir, vocab_size)   # BART: no languages
 
 The checkpoint's tokenizer.json (NllbTokenizer's `save_pretrained` writes one) is
 renumbered by renumber.py: `<s>` 0 and `<pad>` 1 swap places, every other id stays. Its
 post-processor is dropped: the runtime adds the source language before the tokens and `</s>`
 after them (the non-legacy NLLB layout `[src_lang] tokens </s>`). Language codes are the
-tokenizer's extra special tokens (tokenizer_config.json); decoding drops them like every
-special token.
+tokenizer's extra special tokens (tokenizer_config.json) other than `<s>` `<pad>` `</s>`
+`<unk>`; decoding drops them like every special token. mBART-50's tokenizer.json is read the
+same way (mbart.py).
 When the embedding has more rows than the tokenizer has ids (NLLB-200: 256,206 rows, 256,204
 ids), the missing ids become special tokens UNUSED.format(id) that no text produces.
 """
@@ -49,13 +50,25 @@ CHECK_TEXTS = (
 def m2m_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, dict[str, Any], int]:
     """(tokenizer in edgeseq ids, the languages as the bundle records them, how many unused
     ids were added to reach `vocab_size`)."""
-    file = _tokenizer_json(path)
-    config = _read_json(path / TOKENIZER_CONFIG) if (path / TOKENIZER_CONFIG).is_file() else {}
+    config = read_tokenizer_config(path)
     if config.get("legacy_behaviour"):
         raise SourceError(
             f"{path / TOKENIZER_CONFIG}: legacy_behaviour is true (source language after </s>);"
             " edgeseq places it first (the non-legacy layout): set it to false"
         )
+    tokenizer, padded = swapped_tokenizer(path, vocab_size)
+    return tokenizer, languages(path, config, tokenizer), padded
+
+
+def read_tokenizer_config(path: Path) -> dict[str, Any]:
+    """tokenizer_config.json ({} when absent)."""
+    return read_json(path / TOKENIZER_CONFIG) if (path / TOKENIZER_CONFIG).is_file() else {}
+
+
+def swapped_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, int]:
+    """(the checkpoint's tokenizer.json in edgeseq ids, padded with UNUSED special tokens to
+    `vocab_size` ids; how many were added). SourceError when it has more ids than that."""
+    file = _tokenizer_json(path)
     tokenizer = read_vocabulary(file, SPECIALS).tokenizer()
     size = tokenizer.vocab_size
     if size > vocab_size:
@@ -69,7 +82,7 @@ def m2m_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, dict[str, Any
     )
     if tokenizer.vocab_size != vocab_size:
         raise SourceError(f"{file}: cannot pad the tokenizer to {vocab_size} ids")
-    return tokenizer, languages(path, config, tokenizer), len(missing)
+    return tokenizer, len(missing)
 
 
 def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:
@@ -79,7 +92,7 @@ def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[
     listed: list[Any] = next((config[k] for k in LANGUAGE_KEYS if config.get(k)), [])
     names = [item.get("content") if isinstance(item, dict) else item for item in listed]
     codes = {str(n): tokenizer.hf.token_to_id(str(n)) for n in names if n}
-    codes = {code: i for code, i in codes.items() if i is not None}
+    codes = {code: i for code, i in codes.items() if i is not None and i >= len(SPECIALS)}
     if not codes:
         raise SourceError(
             f"{path / TOKENIZER_CONFIG} lists no language codes (extra_special_tokens) that the "
@@ -88,7 +101,7 @@ def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[
     source = config.get("src_lang") or ("eng_Latn" if "eng_Latn" in codes else next(iter(codes)))
     target = config.get("tgt_lang")
     generation = path / GENERATION_CONFIG
-    forced = _read_json(generation).get("forced_bos_token_id") if generation.is_file() else None
+    forced = read_json(generation).get("forced_bos_token_id") if generation.is_file() else None
     if target is None and forced is not None:
         target = next((c for c, i in codes.items() if i == _edgeseq_id(forced)), None)
     for role, code in (("src_lang", source), ("tgt_lang", target)):
@@ -100,20 +113,6 @@ def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[
         "default_target": target,
         "source_prefix": True,
     }
-
-
-def check_ids(path: Path, tokenizer: Tokenizer, texts: list[str], source_lang: str) -> int:
-    """How many of `texts` the converted tokenizer encodes as transformers' tokenizer of the
-    checkpoint does (`[src_lang] tokens </s>`, in edgeseq ids); needs transformers."""
-    from transformers import AutoTokenizer
-
-    source = AutoTokenizer.from_pretrained(path, local_files_only=True, src_lang=source_lang)
-    lang = tokenizer.hf.token_to_id(source_lang)
-    matched = 0
-    for text in texts:
-        want = [_edgeseq_id(i) for i in source(text).input_ids]
-        matched += want == [lang, *tokenizer.encode(text), tokenizer.eos_id]
-    return matched
 
 
 def _edgeseq_id(source_id: int) -> int:
@@ -138,7 +137,8 @@ def _tokenizer_json(path: Path) -> Path:
     )
 
 
-def _read_json(file: Path) -> dict[str, Any]:
+def read_json(file: Path) -> dict[str, Any]:
+    """The JSON object in `file`; SourceError when it cannot be read or is not an object."""
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:

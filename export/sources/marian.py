@@ -51,14 +51,21 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import TokenizerError
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
-from . import ADAPTERS, SourceError, SourceModel
+from . import SourceError, SourceModel
 from .generation_config import PARITY_NEUTRAL, read_generation
+from .hf_checkpoint import (
+    check_stacks,
+    config_model_type,
+    read_typed_config,
+    read_weights,
+    stack_fields,
+    weights_file,
+)
 
 NAME = "marian"
 SUPPRESSED = -1e4  # the logit of <pad> and <s> (see the module docstring)
 # edgeseq's beam search: score = logprob / length, an input stops at beam_size finished.
 BEAM_OPTIONS = {"length_penalty": 1.0, "early_stopping": True}
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 MBART_OPTIONS = ("normalize_before", "add_final_layer_norm", "normalize_embedding")
 POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
@@ -78,12 +85,7 @@ DECODER_MAP |= {"sub_cross.norm": "encoder_attn_layer_norm"}
 
 def detect(path: Path) -> bool:
     """A directory whose config.json says model_type marian."""
-    try:
-        return (
-            json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") == NAME
-        )
-    except (OSError, ValueError, AttributeError):
-        return False
+    return config_model_type(path) == NAME
 
 
 def load(path: Path, **options: Any) -> SourceModel:
@@ -112,34 +114,11 @@ def load(path: Path, **options: Any) -> SourceModel:
 # -- config.json, the vocabularies and the weights --------------------------------------------
 def read_config(path: Path) -> dict[str, Any]:
     """config.json, refused unless it describes a Marian model this map reproduces."""
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except OSError:
-        raise SourceError(f"{path} has no config.json (not a save_pretrained directory)") from None
-    except ValueError as exc:
-        raise SourceError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
-    if isinstance(config, dict):
-        config = MARIAN_DEFAULTS | config
-    if not isinstance(config, dict) or config.get("model_type") != NAME:
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise SourceError(
-            f"config.json model_type is {kind!r}; the marian adapter reads model_type marian "
-            f"only (source formats: {', '.join(sorted({*ADAPTERS, NAME}))})"
-        )
+    config = MARIAN_DEFAULTS | read_typed_config(path, (NAME,), NAME)
     for option in MBART_OPTIONS:
         if config.get(option):
             raise SourceError(f"config.json {option} is true (mBART-style): not mapped")
-    activation = config["activation_function"]
-    if activation not in ACTIVATIONS:
-        raise SourceError(
-            f"config.json activation_function {activation!r} is not one of {', '.join(ACTIVATIONS)}"
-        )
-    for ours, enc, dec in (
-        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
-        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
-    ):
-        if config.get(enc) != config.get(dec):
-            raise SourceError(f"config.json {enc} != {dec}: one {ours} for both stacks needed")
+    check_stacks(config, ACTIVATIONS)
     pad = config.get("pad_token_id")
     if config.get("decoder_start_token_id", pad) != pad:
         start = config["decoder_start_token_id"]
@@ -176,47 +155,7 @@ def _vocabulary_pads(path: Path, config: dict[str, Any]) -> tuple[int, int]:
     return pads[0], pads[1]
 
 
-def weights_file(path: Path) -> Path:
-    """model.safetensors, else pytorch_model.bin (SourceError when neither exists)."""
-    file = next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
-    if file is None:
-        raise SourceError(f"{path} has neither {' nor '.join(WEIGHT_FILES)}")
-    return file
-
-
-def read_weights(path: Path) -> dict[str, Tensor]:
-    """model.safetensors, else pytorch_model.bin read with torch.load(weights_only=True)."""
-    file = weights_file(path)
-    if file.suffix == ".safetensors":
-        from safetensors.torch import load_file
-
-        return load_file(str(file))
-    try:
-        state = torch.load(file, map_location="cpu", weights_only=True)
-    except Exception as exc:  # pickle errors of many kinds
-        raise SourceError(
-            f"{file} cannot be read with torch.load(weights_only=True) ({str(exc).splitlines()[0]})"
-        ) from None
-    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
-        raise SourceError(f"{file} is not a state_dict of tensors")
-    return state
-
-
 # -- the weight map --------------------------------------------------------------------------
-def stack_fields(config: dict[str, Any]) -> dict[str, Any]:
-    """The ModelConfig fields of a BART-family config.json's stacks (Marian, M2M-100): widths,
-    heads, layers, positions; dropout off (export runs the model in eval mode)."""
-    return {
-        "d_model": config["d_model"],
-        "n_heads": config["encoder_attention_heads"],
-        "n_encoder_layers": config["encoder_layers"],
-        "n_decoder_layers": config["decoder_layers"],
-        "d_ff": config["encoder_ffn_dim"],
-        "dropout": 0.0,
-        "max_len": config["max_position_embeddings"],
-    }
-
-
 def model_config(config: dict[str, Any], tie_output: bool) -> ModelConfig:
     """Our ModelConfig of a (checked) Marian config.json."""
     src_size, tgt_size = _vocab_sizes(config)

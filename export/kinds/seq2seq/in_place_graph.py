@@ -71,7 +71,7 @@ class FusedInPlaceDecoder(FusedDecoderStep):
         """One step -> logits (B, 1, V), L present_k then L present_v (B, H, M, dh)."""
         model, n_heads = self.model, self.model.cfg.n_heads
         positions = past_length.to(torch.int64).reshape(1, 1).expand(input_ids.shape)
-        x = model.dropout(model.tgt_pos.at(model.tgt_embed(input_ids), positions))
+        x = model.embed_target(input_ids, position_ids=positions)
 
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             return in_place_self_attention(

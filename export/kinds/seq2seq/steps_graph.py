@@ -93,7 +93,7 @@ class FusedStepsDecoder(FusedDecoderStep):
         """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
         model, n_heads = self.model, self.model.cfg.n_heads
         tgt_keep = tgt_mask.to(torch.int32)  # (B, P+N)
-        x = model.dropout(model.tgt_pos.at(model.tgt_embed(input_ids), position_ids))
+        x = model.embed_target(input_ids, position_ids=position_ids)
 
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             return masked_self_attention(q, k, v, past_k[i], past_v[i], tgt_keep, n_heads)

@@ -131,7 +131,7 @@ class FusedEncoder(nn.Module):
         """src_ids (B, S) -> memory (B, S, D), L cross_k then L cross_v (B, H, S, dh)."""
         model, cfg = self.model, self.model.cfg
         keep = model.source_keep(src_ids).to(torch.int32)  # (B, S)
-        x = model.dropout(model.src_pos(model.src_embed(src_ids)))
+        x = model.embed_source(src_ids)
         for i, layer in enumerate(model.encoder_layers):
             h = layer.sub_attn.inner(x)
             q, k, v = self.encoder_layers[i](h).split(cfg.d_model, dim=-1)
@@ -175,7 +175,7 @@ class FusedDecoderStep(nn.Module):
     ) -> tuple[Tensor, ...]:
         """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
         model, n_heads = self.model, self.model.cfg.n_heads
-        x = model.dropout(model.tgt_pos(model.tgt_embed(input_ids), offset=past_k[0].shape[2]))
+        x = model.embed_target(input_ids, past_k[0].shape[2])
 
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
             return cached_self_attention(q, k, v, past_k[i], past_v[i], n_heads)

@@ -1,0 +1,106 @@
+"""What every Hugging Face BART-family checkpoint directory (`save_pretrained`'s layout:
+Marian, M2M-100, BART, mBART) is read with: config.json by model_type, the stack fields and
+their checks, the weights file.
+
+    config_model_type(path)                                    # "marian" (None: unreadable)
+    config = read_typed_config(path, ("marian",), "marian")    # SourceError naming the type
+    check_stacks(config, {"relu": "relu"})                     # activation, heads, FFN widths
+    ModelConfig(**stack_fields(config), ...)                   # d_model, heads, layers, ...
+    state = read_weights(path)                                 # model.safetensors or .bin
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from . import ADAPTERS, SourceError
+
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def config_model_type(path: Path) -> str | None:
+    """config.json's model_type, None when unreadable (for `detect`)."""
+    try:
+        return json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def read_typed_config(path: Path, model_types: tuple[str, ...], adapter: str) -> dict[str, Any]:
+    """config.json of a save_pretrained directory, refused unless its model_type is one of
+    `model_types` (the `adapter` reads them)."""
+    try:
+        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except OSError:
+        raise SourceError(f"{path} has no config.json (not a save_pretrained directory)") from None
+    except ValueError as exc:
+        raise SourceError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict) or config.get("model_type") not in model_types:
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise SourceError(
+            f"config.json model_type is {kind!r}; the {adapter} adapter reads model_type "
+            f"{' or '.join(model_types)} only (source formats: {', '.join(sorted(ADAPTERS))})"
+        )
+    return config
+
+
+def check_stacks(config: dict[str, Any], activations: dict[str, str]) -> None:
+    """Refuse a BART-family config.json (Marian, M2M-100, BART) whose activation is not in
+    `activations` or whose encoder and decoder differ in heads or FFN width."""
+    activation = config["activation_function"]
+    if activation not in activations:
+        raise SourceError(
+            f"config.json activation_function {activation!r} is not mapped (edgeseq has "
+            f"{', '.join(activations)}): use a checkpoint with one of them"
+        )
+    for ours, enc, dec in (
+        ("n_heads", "encoder_attention_heads", "decoder_attention_heads"),
+        ("d_ff", "encoder_ffn_dim", "decoder_ffn_dim"),
+    ):
+        if config.get(enc) != config.get(dec):
+            raise SourceError(f"config.json {enc} != {dec}: edgeseq needs one {ours} for both")
+
+
+def stack_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The ModelConfig fields of a BART-family config.json's stacks (Marian, M2M-100): widths,
+    heads, layers, positions; dropout off (export runs the model in eval mode)."""
+    return {
+        "d_model": config["d_model"],
+        "n_heads": config["encoder_attention_heads"],
+        "n_encoder_layers": config["encoder_layers"],
+        "n_decoder_layers": config["decoder_layers"],
+        "d_ff": config["encoder_ffn_dim"],
+        "dropout": 0.0,
+        "max_len": config["max_position_embeddings"],
+    }
+
+
+def weights_file(path: Path) -> Path:
+    """model.safetensors, else pytorch_model.bin (SourceError when neither exists)."""
+    file = next((path / name for name in WEIGHT_FILES if (path / name).is_file()), None)
+    if file is None:
+        raise SourceError(f"{path} has neither {' nor '.join(WEIGHT_FILES)}")
+    return file
+
+
+def read_weights(path: Path) -> dict[str, Tensor]:
+    """model.safetensors, else pytorch_model.bin read with torch.load(weights_only=True)."""
+    file = weights_file(path)
+    if file.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(file))
+    try:
+        state = torch.load(file, map_location="cpu", weights_only=True)
+    except Exception as exc:  # pickle errors of many kinds
+        raise SourceError(
+            f"{file} cannot be read with torch.load(weights_only=True) ({str(exc).splitlines()[0]})"
+        ) from None
+    if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
+        raise SourceError(f"{file} is not a state_dict of tensors")
+    return state
