@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-POSITIONAL_CHOICES = ("sinusoidal", "sinusoidal-halves", "learned")
+POSITIONAL_CHOICES = ("sinusoidal", "sinusoidal-halves", "learned", "relative")
 NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu", "gelu-tanh", "silu")
 NORM_TYPE_CHOICES = ("layer", "rms")
@@ -29,6 +29,8 @@ IMPORT_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "final_norm": None, 
 IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
 # Block options (T5 v1.1's RMS norm and gated feed-forward); omitted at these defaults too.
 BLOCK_DEFAULTS: dict[str, Any] = {"norm_type": "layer", "ffn": "plain"}
+# positional "relative" (T5's bucketed relative position bias); omitted at these defaults.
+BLOCK_DEFAULTS |= {"relative_buckets": 32, "relative_max_distance": 128}
 OPTIONAL_DEFAULTS = {**IMPORT_DEFAULTS, **BLOCK_DEFAULTS}
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
@@ -51,7 +53,9 @@ class ModelConfig:
     dropout: float = 0.1  # applied in training only
     max_len: int = 256  # rows of the positional table = longest source or target sequence
     positional: str = "sinusoidal"  # "sinusoidal" (the paper's, sin/cos interleaved) |
-    # "sinusoidal-halves" (Marian's: [sin half | cos half]) | "learned" (any table, stored)
+    # "sinusoidal-halves" (Marian's: [sin half | cos half]) | "learned" (any table, stored) |
+    # "relative" (T5's: no table; a learned bias per head and distance bucket added to the
+    # self-attention scores, docs/blocks.md; encoder-decoder only)
     norm: str = "post"  # "post": x = LN(x + f(x)) as in the paper | "pre": x = x + f(LN(x))
     activation: str = "relu"  # FFN non-linearity: "relu" | "gelu" (erf) | "gelu-tanh" (its
     # tanh approximation, T5 v1.1's gelu_new) | "silu" (Marian's swish)
@@ -70,6 +74,8 @@ class ModelConfig:
     # Block options (docs/blocks.md), encoder-decoder only; omitted by to_dict() at defaults.
     norm_type: str = "layer"  # every norm: "layer" (LayerNorm) | "rms" (x / rms(x) * w, T5's)
     ffn: str = "plain"  # "plain": W2 act(W1 x) | "gated": W2 (act(W1 x) * W3 x), T5 v1.1's
+    relative_buckets: int = 32  # positional "relative": distance buckets per stack (even, >= 4)
+    relative_max_distance: int = 128  # positional "relative": distances beyond share one bucket
 
     @property
     def d_head(self) -> int:
@@ -125,6 +131,7 @@ class ModelConfig:
                 out.append(
                     f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}"
                 )
+        out += self._relative_problems()
         if self.architecture == "decoder-only" and self.src_vocab_size != self.tgt_vocab_size:
             out.append(
                 "a decoder-only model has one vocabulary: src_vocab_size "
@@ -158,6 +165,30 @@ class ModelConfig:
                 out.append(f"{name} must be an id below both vocabulary sizes, got {value!r}")
         if len(set(ids.values())) != len(ids):
             out.append(f"special token ids must be distinct, got {ids}")
+        return out
+
+    def _relative_problems(self) -> list[str]:
+        """The problems of the relative position fields (positional "relative")."""
+        out: list[str] = []
+        buckets, distance = self.relative_buckets, self.relative_max_distance
+        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 4 or buckets % 2:
+            out.append(f"relative_buckets must be an even integer >= 4, got {buckets!r}")
+        elif not isinstance(distance, int) or isinstance(distance, bool) or distance < buckets:
+            out.append(
+                f"relative_max_distance must be an integer >= relative_buckets ({buckets}), "
+                f"got {distance!r}"
+            )
+        if self.positional != "relative" and (
+            buckets != BLOCK_DEFAULTS["relative_buckets"]
+            or distance != BLOCK_DEFAULTS["relative_max_distance"]
+        ):
+            out.append(
+                "relative_buckets and relative_max_distance apply to positional relative only"
+            )
+        if self.positional == "relative" and self.architecture != "encoder-decoder":
+            out.append(
+                f"positional relative applies to the encoder-decoder only, not {self.architecture}"
+            )
         return out
 
     def validate(self) -> ModelConfig:
