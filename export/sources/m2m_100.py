@@ -32,7 +32,6 @@ more ids than the embedding has rows.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,8 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.tokenizer import TokenizerPair
 
-from . import ADAPTERS, SourceError, SourceModel
+from . import SourceError, SourceModel
+from .hf_checkpoint import SourceWeights, config_model_type, read_hf_config
 from .marian import DECODER_MAP, ENCODER_MAP, read_weights, stack_fields, weights_file
 
 NAME = "m2m_100"
@@ -63,12 +63,7 @@ TABLE_KEYS += ("model.decoder.embed_tokens.weight",)
 
 def detect(path: Path) -> bool:
     """A directory whose config.json says model_type m2m_100."""
-    try:
-        return (
-            json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type") == NAME
-        )
-    except (OSError, ValueError, AttributeError):
-        return False
+    return config_model_type(path) == NAME
 
 
 def load(path: Path, **options: Any) -> SourceModel:
@@ -114,19 +109,7 @@ def _check_tokenizer(path: Path, tokenizer: Any, languages: dict[str, Any]) -> s
 
 def read_config(path: Path) -> dict[str, Any]:
     """config.json, refused unless it describes an M2M-100 model this map reproduces."""
-    try:
-        config = json.loads((path / "config.json").read_text(encoding="utf-8"))
-    except OSError:
-        raise SourceError(f"{path} has no config.json (not a save_pretrained directory)") from None
-    except ValueError as exc:
-        raise SourceError(f"{path / 'config.json'} is not valid JSON: {exc}") from None
-    if not isinstance(config, dict) or config.get("model_type") != NAME:
-        kind = config.get("model_type") if isinstance(config, dict) else None
-        raise SourceError(
-            f"config.json model_type is {kind!r}; the m2m_100 adapter reads model_type m2m_100 "
-            f"only (source formats: {', '.join(sorted({*ADAPTERS, NAME}))})"
-        )
-    config = M2M_DEFAULTS | config
+    config = M2M_DEFAULTS | read_hf_config(path, (NAME,), NAME)
     activation = config["activation_function"]
     if activation not in ACTIVATIONS:
         raise SourceError(
@@ -214,7 +197,7 @@ def m2m_model(config: dict[str, Any], state: dict[str, Tensor]) -> Seq2SeqTransf
         output = table if tied else weights.take("lm_head.weight")
         params["output.weight"].copy_(output[rows])
     weights.check_positions(cfg.max_len + pad + 1, cfg.d_model, pad)
-    weights.check_all_used(tied)
+    weights.check_all_used_but_tables(tied)
     return model.eval()
 
 
@@ -225,19 +208,12 @@ def source_rows(size: int) -> Tensor:
     return rows
 
 
-class _M2MWeights:
+class _M2MWeights(SourceWeights):
     """An M2M-100 state_dict, read by name; remembers which keys the map used."""
 
     def __init__(self, state: dict[str, Tensor]) -> None:
-        self.state, self.used = state, set()
+        super().__init__(state, "M2M-100")
         self.table_key = next((k for k in TABLE_KEYS if k in state), TABLE_KEYS[0])
-
-    def take(self, key: str) -> Tensor:
-        """The tensor `key`, marked used; SourceError when the weights lack it."""
-        if key not in self.state:
-            raise SourceError(f"the weights lack {key}")
-        self.used.add(key)
-        return self.state[key]
 
     def take_table(self, rows: int) -> Tensor:
         """The shared token table (rows, D)."""
@@ -255,14 +231,10 @@ class _M2MWeights:
                 if not torch.allclose(stored, want, atol=1e-6):
                     raise SourceError(f"the weights' {key} is not M2M-100's sinusoidal table")
 
-    def check_all_used(self, tied: bool) -> None:
+    def check_all_used_but_tables(self, tied: bool) -> None:
         """Refuse weights the map did not use, except copies of the shared table."""
-        aliases = set(TABLE_KEYS) | ({"lm_head.weight"} if tied else set())
-        for key in sorted(set(self.state) - self.used):
-            if key not in aliases:
-                raise SourceError(f"the weights hold {key}, which the M2M-100 map does not use")
-            if not torch.equal(self.state[key], self.state[self.table_key]):
-                raise SourceError(f"the weights' {key} differs from {self.table_key}")
+        copies = set(TABLE_KEYS) | ({"lm_head.weight"} if tied else set())
+        self.check_all_used(dict.fromkeys(copies, self.table_key))
 
 
 # -- the reference ---------------------------------------------------------------------------

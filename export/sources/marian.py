@@ -52,6 +52,7 @@ from edgeseq.runtime.errors import TokenizerError
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
 from . import ADAPTERS, SourceError, SourceModel
+from .hf_checkpoint import SourceWeights
 
 NAME = "marian"
 SUPPRESSED = -1e4  # the logit of <pad> and <s> (see the module docstring)
@@ -258,15 +259,15 @@ def marian_model(config: dict[str, Any], state: dict[str, Tensor]) -> Seq2SeqTra
         params["output.bias"].copy_(weights.final_logits_bias(target)[tgt_rows])
         params["output.bias"][:2] = SUPPRESSED  # <pad>, <s>: never generated
     weights.check_positions(cfg)
-    weights.check_all_used(tied)
+    weights.check_all_used_but_tables(tied)
     return model.eval()
 
 
-class _MarianWeights:
+class _MarianWeights(SourceWeights):
     """A Marian state_dict, read by name; remembers which keys the map used."""
 
     def __init__(self, state: dict[str, Tensor], config: dict[str, Any]) -> None:
-        self.state, self.used = state, set()
+        super().__init__(state, "Marian")
         self.shared = bool(config["share_encoder_decoder_embeddings"])
         # Older checkpoints store a shared table under every alias; newer ones under shared.
         names = ("model.shared.weight", "model.encoder.embed_tokens.weight")
@@ -274,13 +275,6 @@ class _MarianWeights:
         if not self.shared:
             self.source_key = "model.encoder.embed_tokens.weight"
         self.target_key = self.source_key if self.shared else "model.decoder.embed_tokens.weight"
-
-    def take(self, key: str) -> Tensor:
-        """The tensor `key`, marked used; SourceError when the weights lack it."""
-        if key not in self.state:
-            raise SourceError(f"the weights lack {key}")
-        self.used.add(key)
-        return self.state[key]
 
     def embedding(self, side: str, rows: int) -> Tensor:
         """The encoder's or decoder's token table (rows, D)."""
@@ -305,7 +299,7 @@ class _MarianWeights:
                 if not torch.allclose(table, want, atol=1e-6):
                     raise SourceError(f"the weights' {key} is not Marian's sinusoidal table")
 
-    def check_all_used(self, tied: bool) -> None:
+    def check_all_used_but_tables(self, tied: bool) -> None:
         """Refuse weights the map did not use, except copies of a table it used (aliases of
         a shared or tied table), which must equal it."""
         aliases = {"lm_head.weight": self.target_key} if tied else {}
@@ -313,11 +307,7 @@ class _MarianWeights:
             for key in ("model.shared.weight", "model.encoder.embed_tokens.weight"):
                 aliases[key] = self.source_key
             aliases["model.decoder.embed_tokens.weight"] = self.source_key
-        for key in sorted(set(self.state) - self.used):
-            if key not in aliases:
-                raise SourceError(f"the weights hold {key}, which the Marian map does not use")
-            if not torch.equal(self.state[key], self.state[aliases[key]]):
-                raise SourceError(f"the weights' {key} differs from {aliases[key]} it is tied to")
+        self.check_all_used(aliases)
 
 
 def _rows(size: int) -> Tensor:
