@@ -38,6 +38,7 @@ ADAPTER_MODULES = {
     "torch": "torch_module",
     "marian": "marian",
     "m2m_100": "m2m_100",
+    "t5": "t5",
 }
 ADAPTERS = tuple(ADAPTER_MODULES)
 

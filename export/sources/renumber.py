@@ -142,7 +142,8 @@ def read_vocabulary(path: Path, special_tokens: dict[str, str | None]) -> Vocabu
             specials[role] = None
         elif special_tokens[role] not in position:
             raise SourceError(f"special token {role} {special_tokens[role]!r} is not in {path}")
-        specials[role] = position[special_tokens[role]]
+        else:
+            specials[role] = position[special_tokens[role]]
     if len(set(specials.values())) != len(ROLES):  # None counts once
         raise SourceError(f"special tokens must be distinct tokens, got {special_tokens}")
     for name in SPECIAL_TOKENS:
