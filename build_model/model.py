@@ -98,15 +98,19 @@ class PositionalEncoding(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """softmax(Q Kᵀ / sqrt(d_k)) V over n_heads heads, heads concatenated, times W_O."""
+    """softmax(Q Kᵀ / sqrt(d_k)) V over n_heads heads, heads concatenated, times W_O. Heads
+    are d_head wide (default d_model / n_heads); Q, K, V have n_heads * d_head features."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, d_head: int | None = None
+    ) -> None:
         super().__init__()
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
+        inner = n_heads * self.d_head
+        self.w_q = nn.Linear(d_model, inner)
+        self.w_k = nn.Linear(d_model, inner)
+        self.w_v = nn.Linear(d_model, inner)
+        self.w_o = nn.Linear(inner, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def split(self, x: Tensor) -> Tensor:
@@ -179,7 +183,7 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
         self.ffn = make_ffn(cfg)  # plain or gated (cfg.ffn), (B, T, D) -> (B, T, D)
         self.sub_attn, self.sub_ffn = Sublayer(cfg), Sublayer(cfg)
 
@@ -207,8 +211,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
         self.ffn = make_ffn(cfg)  # plain or gated (cfg.ffn), (B, T, D) -> (B, T, D)
         self.sub_self, self.sub_cross, self.sub_ffn = Sublayer(cfg), Sublayer(cfg), Sublayer(cfg)
 

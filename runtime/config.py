@@ -31,6 +31,7 @@ IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
 BLOCK_DEFAULTS: dict[str, Any] = {"norm_type": "layer", "ffn": "plain"}
 # positional "relative" (T5's bucketed relative position bias); omitted at these defaults.
 BLOCK_DEFAULTS |= {"relative_buckets": 32, "relative_max_distance": 128}
+BLOCK_DEFAULTS |= {"head_dim": None}  # heads of another width than d_model / n_heads
 OPTIONAL_DEFAULTS = {**IMPORT_DEFAULTS, **BLOCK_DEFAULTS}
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
@@ -46,7 +47,7 @@ class ModelConfig:
     src_vocab_size: int  # rows of the source embedding
     tgt_vocab_size: int  # rows of the target embedding = columns of the output projection
     d_model: int = 256  # width of every residual stream
-    n_heads: int = 4  # attention heads; d_model must be divisible by it
+    n_heads: int = 4  # attention heads; d_model must be divisible by it unless head_dim is set
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
     d_ff: int = 1024  # hidden width of the position-wise feed-forward network
@@ -76,11 +77,12 @@ class ModelConfig:
     ffn: str = "plain"  # "plain": W2 act(W1 x) | "gated": W2 (act(W1 x) * W3 x), T5 v1.1's
     relative_buckets: int = 32  # positional "relative": distance buckets per stack (even, >= 4)
     relative_max_distance: int = 128  # positional "relative": distances beyond share one bucket
+    head_dim: int | None = None  # width of each head (T5's d_kv); None: d_model / n_heads
 
     @property
     def d_head(self) -> int:
-        """Width of one attention head, d_model / n_heads."""
-        return self.d_model // self.n_heads
+        """Width of one attention head: head_dim, by default d_model / n_heads."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
     def has_final_norm(self) -> bool:
@@ -113,8 +115,17 @@ class ModelConfig:
             and isinstance(self.n_heads, int)
             and self.n_heads > 0
             and self.d_model % self.n_heads != 0
+            and self.head_dim is None
         ):
-            out.append(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            out.append(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
+                "or head_dim set"
+            )
+        head_dim = self.head_dim
+        if head_dim is not None and (
+            not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0
+        ):
+            out.append(f"head_dim must be a positive integer or null, got {head_dim!r}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             out.append(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
