@@ -11,7 +11,8 @@ hf_fixtures.synthetic_corpus (its pieces, scores and precompiled normaliser, beh
 (tokenizer.json + tokenizer_config.json). v1.0: ReLU feed-forward, output tied to the shared
 embedding and scaled by d_model^-0.5, T5's 32 buckets up to distance 128. v1.1: gated-GELU
 feed-forward, a separate lm_head.weight and `tie_word_embeddings: false` in config.json as
-Flan-T5's files have them (transformers 5 writes neither itself), 8 buckets up to distance 20.
+Flan-T5's files have them (transformers 5 writes neither itself), 8 buckets up to distance 20,
+and heads of d_kv 16 whose 4 x 16 is not d_model (32), as Flan-T5-small's 6 x 64 on 512.
 The embedding has EXTRA_ROWS more rows than the tokenizer has ids (t5-small: 32,128 rows,
 32,100 ids). With `copy_steps` the model is trained that many steps to copy the first word of
 a line, so that its outputs depend on the input, have varied lengths and end with `</s>`.
@@ -67,7 +68,8 @@ def build_t5_dir(
     tokenizer.save_pretrained(path)
     v11 = version == "1.1"
     config = T5Config(
-        vocab_size=len(tokenizer) + EXTRA_ROWS, d_model=d_model, d_kv=d_model // heads,
+        vocab_size=len(tokenizer) + EXTRA_ROWS, d_model=d_model,
+        d_kv=2 * d_model // heads if v11 else d_model // heads,
         d_ff=2 * d_model, num_layers=layers, num_heads=heads,
         feed_forward_proj="gated-gelu" if v11 else "relu", tie_word_embeddings=not v11,
         relative_attention_num_buckets=8 if v11 else 32,

@@ -10,7 +10,8 @@ embedding scaling, no biases anywhere (ours are zero: exact), T5's relative posi
 (positional "relative": relative_attention_num_buckets, relative_attention_max_distance, the
 table of each stack's first layer), the feed-forward of feed_forward_proj ("relu": plain ReLU,
 v1.0; "gated-gelu": gated with the tanh GELU, v1.1 / Flan-T5 / mT5; any "[gated-]act" whose
-activation edgeseq has). T5 does not divide Q Kᵀ by sqrt(d_kv): the query weights are
+activation edgeseq has), heads d_kv wide (head_dim when d_kv x num_heads != d_model, as in
+Flan-T5-small and mT5-small). T5 does not divide Q Kᵀ by sqrt(d_kv): the query weights are
 multiplied by sqrt(d_kv) instead (exact up to float32 rounding). The output is lm_head.weight
 when the file has one, else the shared table; when the checkpoint scales the decoder output
 by d_model^-0.5 (T5 v1.0's tied output: scale_decoder_outputs, else tie_word_embeddings not
@@ -25,8 +26,7 @@ column of `<s>` is zero plus a bias of SUPPRESSED, so edgeseq never generates it
 columns' softmax is unchanged (the reference's column is SUPPRESSED too).
 
 Refused with one line naming the field or file: another model_type, a feed_forward_proj not
-of the form [gated-]act or with an activation edgeseq lacks, d_kv x num_heads != d_model
-(Flan-T5-small, mT5-small: edgeseq's heads are d_model / n_heads wide), pad / eos /
+of the form [gated-]act or with an activation edgeseq lacks, pad / eos /
 decoder start other than T5's 0 / 1 / 0, missing weights or weights the map does not use, a
 tokenizer with more ids than the embedding has rows or whose special tokens are not T5's ids.
 """
@@ -121,13 +121,6 @@ def read_config(path: Path) -> dict[str, Any]:
     if missing:
         raise SourceError(f"config.json lacks {', '.join(missing)} (integers): not a T5 config")
     feed_forward(config)
-    d_kv, heads, d_model = config["d_kv"], config["num_heads"], config["d_model"]
-    if d_kv * heads != d_model:
-        raise SourceError(
-            f"config.json d_kv {d_kv} x num_heads {heads} = {d_kv * heads} is not d_model "
-            f"{d_model} (Flan-T5-small and mT5-small are like this): edgeseq's attention heads "
-            "are d_model / num_heads wide, so this checkpoint cannot be mapped yet"
-        )
     ids = tuple(config[k] for k in ("pad_token_id", "eos_token_id", "decoder_start_token_id"))
     if ids != (0, 1, 0):
         raise SourceError(
@@ -140,6 +133,7 @@ def read_config(path: Path) -> dict[str, Any]:
 def model_config(config: dict[str, Any]) -> ModelConfig:
     """Our ModelConfig of a (checked) T5 config.json: one more id than the source (`<s>`)."""
     ffn, activation = feed_forward(config)
+    d_kv = config["d_kv"]
     return ModelConfig(
         src_vocab_size=config["vocab_size"] + 1,
         tgt_vocab_size=config["vocab_size"] + 1,
@@ -162,6 +156,7 @@ def model_config(config: dict[str, Any]) -> ModelConfig:
         ffn=ffn,
         relative_buckets=config["relative_attention_num_buckets"],
         relative_max_distance=config["relative_attention_max_distance"],
+        head_dim=None if d_kv * config["num_heads"] == config["d_model"] else d_kv,
     ).validate()
 
 
