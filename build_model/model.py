@@ -22,6 +22,7 @@ from torch.nn import functional as F
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import InputTooLongError
 
+from .relative import RelativePositionBias
 from .sublayers import make_ffn, make_norm
 
 Cache = tuple[Tensor, ...]  # one (B, H, T, dh) tensor per decoder layer
@@ -67,12 +68,16 @@ class TokenEmbedding(nn.Module):
 
 class PositionalEncoding(nn.Module):
     """Adds row `offset + t` of a (max_len, D) table to position t: learned, or a fixed
-    sinusoidal table (POSITIONAL_TABLES)."""
+    sinusoidal table (POSITIONAL_TABLES); "relative" adds nothing (the positions enter the
+    attention scores, build_model/relative.py) but still refuses more than max_len."""
 
     def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal") -> None:
         super().__init__()
         self.max_len = max_len
-        if kind == "learned":
+        self.table: Tensor | None
+        if kind == "relative":
+            self.table = None
+        elif kind == "learned":
             self.table = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
         else:
             self.register_buffer("table", POSITIONAL_TABLES[kind](max_len, d_model))
@@ -85,23 +90,27 @@ class PositionalEncoding(nn.Module):
                 f"sequence needs {offset + length} positions but the model's max_len is "
                 f"{self.max_len}; shorten the input or train with a larger max_len"
             )
-        return x + self.table[offset : offset + length]
+        return x if self.table is None else x + self.table[offset : offset + length]
 
     def at(self, x: Tensor, position_ids: Tensor) -> Tensor:
         """x (B, T, D) plus the table rows of position_ids (B, T) int64 (a gather)."""
-        return x + self.table[position_ids]
+        return x if self.table is None else x + self.table[position_ids]
 
 
 class MultiHeadAttention(nn.Module):
-    """softmax(Q Kᵀ / sqrt(d_k)) V over n_heads heads, heads concatenated, times W_O."""
+    """softmax(Q Kᵀ / sqrt(d_k)) V over n_heads heads, heads concatenated, times W_O. Heads
+    are d_head wide (default d_model / n_heads); Q, K, V have n_heads * d_head features."""
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float, d_head: int | None = None
+    ) -> None:
         super().__init__()
-        self.n_heads, self.d_head = n_heads, d_model // n_heads
-        self.w_q = nn.Linear(d_model, d_model)
-        self.w_k = nn.Linear(d_model, d_model)
-        self.w_v = nn.Linear(d_model, d_model)
-        self.w_o = nn.Linear(d_model, d_model)
+        self.n_heads, self.d_head = n_heads, d_head or d_model // n_heads
+        inner = n_heads * self.d_head
+        self.w_q = nn.Linear(d_model, inner)
+        self.w_k = nn.Linear(d_model, inner)
+        self.w_v = nn.Linear(d_model, inner)
+        self.w_o = nn.Linear(inner, d_model)
         self.dropout = nn.Dropout(dropout)
 
     def split(self, x: Tensor) -> Tensor:
@@ -118,29 +127,36 @@ class MultiHeadAttention(nn.Module):
         """Keys and values of `x` (B, S, D): two (B, H, S, dh)."""
         return self.split(self.w_k(x)), self.split(self.w_v(x))
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor) -> Tensor:
-        """q (B, H, T, dh), k/v (B, H, S, dh), keep broadcastable to (B, H, T, S) -> (B, T, D)."""
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, keep: Tensor, bias: Tensor | None = None
+    ) -> Tensor:
+        """q (B, H, T, dh), k/v (B, H, S, dh), keep and the optional additive score bias
+        (relative positions) broadcastable to (B, H, T, S) -> (B, T, D)."""
         scores = q @ k.transpose(-2, -1) / math.sqrt(self.d_head)  # (B, H, T, S)
+        if bias is not None:
+            scores = scores + bias
         scores = scores.masked_fill(~keep, float("-inf"))
         weights = self.dropout(torch.softmax(scores, dim=-1))
         return self.w_o(self.merge(weights @ v))
 
-    def forward(self, x: Tensor, kv: Tensor, keep: Tensor) -> Tensor:
-        """Queries from x (B, T, D), keys/values from kv (B, S, D) -> (B, T, D)."""
+    def forward(self, x: Tensor, kv: Tensor, keep: Tensor, bias: Tensor | None = None) -> Tensor:
+        """Queries from x (B, T, D), keys/values from kv (B, S, D), optional score bias
+        (1, H, T, S) -> (B, T, D)."""
         k, v = self.project_kv(kv)
-        return self.attend(self.split(self.w_q(x)), k, v, keep)
+        return self.attend(self.split(self.w_q(x)), k, v, keep, bias)
 
     def forward_cached(
-        self, x: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor
+        self, x: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor, bias: Tensor | None = None
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """Self-attention of new tokens x (B, N, D) over past (B, H, P, dh) plus themselves.
+        """Self-attention of new tokens x (B, N, D) over past (B, H, P, dh) plus themselves,
+        optional score bias (1, H, N, P+N).
 
         Returns the output (B, N, D) and the extended cache, two (B, H, P+N, dh).
         """
         k_new, v_new = self.project_kv(x)
         k = torch.cat([past_k, k_new], dim=2)
         v = torch.cat([past_v, v_new], dim=2)
-        return self.attend(self.split(self.w_q(x)), k, v, keep), k, v
+        return self.attend(self.split(self.w_q(x)), k, v, keep, bias), k, v
 
 
 class Sublayer(nn.Module):
@@ -167,14 +183,14 @@ class EncoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
         self.ffn = make_ffn(cfg)  # plain or gated (cfg.ffn), (B, T, D) -> (B, T, D)
         self.sub_attn, self.sub_ffn = Sublayer(cfg), Sublayer(cfg)
 
-    def forward(self, x: Tensor, keep: Tensor) -> Tensor:
-        """x (B, S, D), keep (B, 1, 1, S) -> (B, S, D)."""
+    def forward(self, x: Tensor, keep: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x (B, S, D), keep (B, 1, 1, S), optional score bias (1, H, S, S) -> (B, S, D)."""
         h = self.sub_attn.inner(x)
-        return self.feed_forward(self.sub_attn.outer(x, self.self_attn(h, h, keep)))
+        return self.feed_forward(self.sub_attn.outer(x, self.self_attn(h, h, keep, bias)))
 
     def forward_cached(
         self, x: Tensor, past_k: Tensor, past_v: Tensor, keep: Tensor
@@ -195,8 +211,8 @@ class DecoderLayer(nn.Module):
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
-        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
+        self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.dropout, cfg.d_head)
         self.ffn = make_ffn(cfg)  # plain or gated (cfg.ffn), (B, T, D) -> (B, T, D)
         self.sub_self, self.sub_cross, self.sub_ffn = Sublayer(cfg), Sublayer(cfg), Sublayer(cfg)
 
@@ -209,11 +225,13 @@ class DecoderLayer(nn.Module):
         cross_v: Tensor,
         self_keep: Tensor,
         cross_keep: Tensor,
+        self_bias: Tensor | None = None,
     ) -> tuple[Tensor, Tensor, Tensor]:
         """x (B, N, D); past (B, H, P, dh); cross (B, H, S, dh); self_keep (B|1, 1, N, P+N);
-        cross_keep (B, 1, 1, S) -> x (B, N, D) and the cache, two (B, H, P+N, dh)."""
+        cross_keep (B, 1, 1, S); optional self-attention score bias (1, H, N, P+N) -> x
+        (B, N, D) and the cache, two (B, H, P+N, dh)."""
         h = self.sub_self.inner(x)
-        attn, k, v = self.self_attn.forward_cached(h, past_k, past_v, self_keep)
+        attn, k, v = self.self_attn.forward_cached(h, past_k, past_v, self_keep, self_bias)
         x = self.sub_self.outer(x, attn)
         q = self.cross_attn.split(self.cross_attn.w_q(self.sub_cross.inner(x)))
         x = self.sub_cross.outer(x, self.cross_attn.attend(q, cross_k, cross_v, cross_keep))
@@ -234,6 +252,10 @@ class Seq2SeqTransformer(nn.Module):
         # BART's layernorm_embedding (cfg.embedding_norm): a norm on embedding + position
         self.src_embed_norm = make_norm(cfg) if cfg.embedding_norm else None
         self.tgt_embed_norm = make_norm(cfg) if cfg.embedding_norm else None
+        # positional "relative": one bias table per stack, shared by its layers (T5's)
+        relative = cfg.positional == "relative"
+        self.encoder_relative = RelativePositionBias(cfg, bidirectional=True) if relative else None
+        self.decoder_relative = RelativePositionBias(cfg, bidirectional=False) if relative else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -265,8 +287,12 @@ class Seq2SeqTransformer(nn.Module):
             src_keep = self.source_keep(src_ids)
         x = self.embed_source(src_ids)
         keep = src_keep[:, None, None, :]  # (B, 1, 1, S)
+        bias = None
+        if self.encoder_relative is not None:
+            positions = torch.arange(src_ids.shape[1], device=src_ids.device)  # (S,)
+            bias = self.encoder_relative(positions, positions)  # (1, H, S, S)
         for layer in self.encoder_layers:
-            x = layer(x, keep)
+            x = layer(x, keep, bias)
         return self.encoder_norm(x) if self.encoder_norm is not None else x
 
     def embed_source(self, src_ids: Tensor) -> Tensor:
@@ -330,9 +356,14 @@ class Seq2SeqTransformer(nn.Module):
         if tgt_keep is not None:
             self_keep = self_keep & tgt_keep[:, None, None, :]
         cross_keep = src_keep[:, None, None, :]  # (B, 1, 1, S)
+        bias = None  # relative positions: of the slots (position_ids are not supported)
+        if self.decoder_relative is not None:
+            bias = self.decoder_relative(q_pos, k_pos)  # (1, H, N, P+N)
         present_k, present_v = [], []
         for i, layer in enumerate(self.decoder_layers):
-            x, k, v = layer(x, past_k[i], past_v[i], cross_k[i], cross_v[i], self_keep, cross_keep)
+            x, k, v = layer(
+                x, past_k[i], past_v[i], cross_k[i], cross_v[i], self_keep, cross_keep, bias
+            )
             present_k.append(k)
             present_v.append(v)
         if self.decoder_norm is not None:

@@ -21,7 +21,8 @@ from edgeseq.runtime.errors import ConfigError
 
 MODEL_FIELDS = ("d_model", "n_heads", "n_encoder_layers", "n_decoder_layers", "d_ff", "dropout")
 MODEL_FIELDS += ("max_len", "positional", "norm", "activation", "tie_output", "layer_norm_eps")
-MODEL_FIELDS += ("architecture", "norm_type", "ffn", "embedding_norm")
+MODEL_FIELDS += ("architecture", "norm_type", "ffn", "relative_buckets", "relative_max_distance")
+MODEL_FIELDS += ("head_dim", "embedding_norm")
 # Model fields that fix the weights' shapes and meaning; the others may change between calls.
 SHAPE_FIELDS = tuple(f for f in MODEL_FIELDS if f != "dropout")
 PRECISIONS = ("fp32", "bf16")

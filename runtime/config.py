@@ -16,7 +16,7 @@ from typing import Any
 
 from .errors import ConfigError
 
-POSITIONAL_CHOICES = ("sinusoidal", "sinusoidal-halves", "learned")
+POSITIONAL_CHOICES = ("sinusoidal", "sinusoidal-halves", "learned", "relative")
 NORM_CHOICES = ("post", "pre")
 ACTIVATION_CHOICES = ("relu", "gelu", "gelu-tanh", "silu")
 NORM_TYPE_CHOICES = ("layer", "rms")
@@ -31,6 +31,9 @@ IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
 # Block options (T5 v1.1's RMS norm and gated feed-forward, BART's norm of the embeddings);
 # omitted at these defaults too.
 BLOCK_DEFAULTS: dict[str, Any] = {"norm_type": "layer", "ffn": "plain", "embedding_norm": False}
+# positional "relative" (T5's bucketed relative position bias); omitted at these defaults.
+BLOCK_DEFAULTS |= {"relative_buckets": 32, "relative_max_distance": 128}
+BLOCK_DEFAULTS |= {"head_dim": None}  # heads of another width than d_model / n_heads
 OPTIONAL_DEFAULTS = {**IMPORT_DEFAULTS, **BLOCK_DEFAULTS}
 
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
@@ -46,14 +49,16 @@ class ModelConfig:
     src_vocab_size: int  # rows of the source embedding
     tgt_vocab_size: int  # rows of the target embedding = columns of the output projection
     d_model: int = 256  # width of every residual stream
-    n_heads: int = 4  # attention heads; d_model must be divisible by it
+    n_heads: int = 4  # attention heads; d_model must be divisible by it unless head_dim is set
     n_encoder_layers: int = 3
     n_decoder_layers: int = 3
     d_ff: int = 1024  # hidden width of the position-wise feed-forward network
     dropout: float = 0.1  # applied in training only
     max_len: int = 256  # rows of the positional table = longest source or target sequence
     positional: str = "sinusoidal"  # "sinusoidal" (the paper's, sin/cos interleaved) |
-    # "sinusoidal-halves" (Marian's: [sin half | cos half]) | "learned" (any table, stored)
+    # "sinusoidal-halves" (Marian's: [sin half | cos half]) | "learned" (any table, stored) |
+    # "relative" (T5's: no table; a learned bias per head and distance bucket added to the
+    # self-attention scores, docs/blocks.md; encoder-decoder only)
     norm: str = "post"  # "post": x = LN(x + f(x)) as in the paper | "pre": x = x + f(LN(x))
     activation: str = "relu"  # FFN non-linearity: "relu" | "gelu" (erf) | "gelu-tanh" (its
     # tanh approximation, T5 v1.1's gelu_new) | "silu" (Marian's swish)
@@ -75,11 +80,14 @@ class ModelConfig:
     ffn: str = "plain"  # "plain": W2 act(W1 x) | "gated": W2 (act(W1 x) * W3 x), T5 v1.1's
     embedding_norm: bool = False  # a norm (norm_type) on token embedding + position, in the
     # encoder and the decoder, before dropout: BART / mBART's layernorm_embedding
+    relative_buckets: int = 32  # positional "relative": distance buckets per stack (even, >= 4)
+    relative_max_distance: int = 128  # positional "relative": distances beyond share one bucket
+    head_dim: int | None = None  # width of each head (T5's d_kv); None: d_model / n_heads
 
     @property
     def d_head(self) -> int:
-        """Width of one attention head, d_model / n_heads."""
-        return self.d_model // self.n_heads
+        """Width of one attention head: head_dim, by default d_model / n_heads."""
+        return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
 
     @property
     def has_final_norm(self) -> bool:
@@ -112,8 +120,17 @@ class ModelConfig:
             and isinstance(self.n_heads, int)
             and self.n_heads > 0
             and self.d_model % self.n_heads != 0
+            and self.head_dim is None
         ):
-            out.append(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            out.append(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads}), "
+                "or head_dim set"
+            )
+        head_dim = self.head_dim
+        if head_dim is not None and (
+            not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim <= 0
+        ):
+            out.append(f"head_dim must be a positive integer or null, got {head_dim!r}")
         if not isinstance(self.dropout, (int, float)) or not 0.0 <= self.dropout < 1.0:
             out.append(f"dropout must be in [0, 1), got {self.dropout!r}")
         if not isinstance(self.layer_norm_eps, (int, float)) or self.layer_norm_eps <= 0:
@@ -130,6 +147,7 @@ class ModelConfig:
                 out.append(
                     f"{name} must be one of {', '.join(choices)}; got {getattr(self, name)!r}"
                 )
+        out += self._relative_problems()
         if self.architecture == "decoder-only" and self.src_vocab_size != self.tgt_vocab_size:
             out.append(
                 "a decoder-only model has one vocabulary: src_vocab_size "
@@ -167,6 +185,30 @@ class ModelConfig:
                 out.append(f"{name} must be an id below both vocabulary sizes, got {value!r}")
         if len(set(ids.values())) != len(ids):
             out.append(f"special token ids must be distinct, got {ids}")
+        return out
+
+    def _relative_problems(self) -> list[str]:
+        """The problems of the relative position fields (positional "relative")."""
+        out: list[str] = []
+        buckets, distance = self.relative_buckets, self.relative_max_distance
+        if not isinstance(buckets, int) or isinstance(buckets, bool) or buckets < 4 or buckets % 2:
+            out.append(f"relative_buckets must be an even integer >= 4, got {buckets!r}")
+        elif not isinstance(distance, int) or isinstance(distance, bool) or distance < buckets:
+            out.append(
+                f"relative_max_distance must be an integer >= relative_buckets ({buckets}), "
+                f"got {distance!r}"
+            )
+        if self.positional != "relative" and (
+            buckets != BLOCK_DEFAULTS["relative_buckets"]
+            or distance != BLOCK_DEFAULTS["relative_max_distance"]
+        ):
+            out.append(
+                "relative_buckets and relative_max_distance apply to positional relative only"
+            )
+        if self.positional == "relative" and self.architecture != "encoder-decoder":
+            out.append(
+                f"positional relative applies to the encoder-decoder only, not {self.architecture}"
+            )
         return out
 
     def validate(self) -> ModelConfig:

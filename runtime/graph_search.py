@@ -53,11 +53,12 @@ AUTO_GRAPH_MAX_STEP_MACS = 55_000_000
 
 def step_macs(config: ModelConfig) -> int:
     """Multiply-accumulates of one decoder step for one hypothesis, from the bundle's shape:
-    per layer the self-attention's four d_model x d_model projections, the cross-attention's
-    query and output projections and the feed-forward's two d_model x d_ff; then the output
-    projection over the target vocabulary (attention over the cache left out)."""
-    d = config.d_model
-    per_layer = 6 * d * d + 2 * d * config.d_ff
+    per layer the self-attention's four d_model x (n_heads d_head) projections, the
+    cross-attention's query and output projections and the feed-forward's two d_model x
+    d_ff; then the output projection over the target vocabulary (attention over the cache
+    left out)."""
+    d, inner = config.d_model, config.n_heads * config.d_head
+    per_layer = 6 * d * inner + 2 * d * config.d_ff
     return config.n_decoder_layers * per_layer + d * config.tgt_vocab_size
 
 

@@ -1,7 +1,8 @@
-"""The block options `norm_type: "rms"`, `ffn: "gated"` (T5 v1.1's RMS norm and gated
-feed-forward) and `embedding_norm` (BART's layernorm_embedding): config.json unchanged at the
-defaults, the refusals, the arithmetic of docs/blocks.md, and a model trained a few steps by a
-recipe with them, exported fused (with the int8, in-place and steps variants) and unfused,
+"""The block options `norm_type: "rms"`, `ffn: "gated"`, `head_dim` (T5 v1.1's RMS norm,
+gated feed-forward and heads wider than d_model / n_heads) and `embedding_norm` (BART's
+layernorm_embedding): config.json unchanged at the defaults, the refusals, the arithmetic of
+docs/blocks.md, and a model trained a few steps by a recipe with them, exported fused (with
+the int8, in-place and steps variants) and unfused,
 parity levels 1-3 and generation."""
 
 from __future__ import annotations
@@ -31,12 +32,13 @@ from edgeseq.runtime.generator import Generator
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 OPTIONS = dict(norm="pre", norm_type="rms", ffn="gated", activation="gelu-tanh", dropout=0.0)
 OPTIONS |= {"embedding_norm": True}
+OPTIONS |= dict(head_dim=16)  # 4 heads of 16 on d_model 32, as Flan-T5-small's 6 x 64 on 512
 WORDS = ["abc", "fedcba", "a", "cabbac", "bb"]
 
 
 def test_defaults_leave_config_json_as_it_was_and_options_round_trip() -> None:
     plain = ModelConfig(src_vocab_size=10, tgt_vocab_size=12)
-    assert not {"norm_type", "ffn", "embedding_norm"} & set(plain.to_dict())
+    assert not {"norm_type", "ffn", "embedding_norm", "head_dim"} & set(plain.to_dict())
     t5 = ModelConfig(src_vocab_size=10, tgt_vocab_size=12, norm_type="rms", ffn="gated")
     assert t5.to_dict()["norm_type"] == "rms" and t5.to_dict()["ffn"] == "gated"
     assert ModelConfig.from_json(t5.to_json()) == t5
@@ -55,6 +57,8 @@ def test_defaults_leave_config_json_as_it_was_and_options_round_trip() -> None:
         ({"norm_type": "rms", "architecture": "decoder-only"}, "norm_type apply to the encoder"),
         ({"embedding_norm": 1}, "embedding_norm must be true or false, got 1"),
         ({"embedding_norm": True, "architecture": "encoder-only"}, "embedding_norm apply to"),
+        ({"head_dim": 0}, "head_dim must be a positive integer or null, got 0"),
+        ({"head_dim": 8, "architecture": "encoder-only"}, "head_dim apply to the encoder-decoder"),
     ],
 )
 def test_bad_block_options_are_refused_naming_the_field(options: dict, match: str) -> None:
@@ -119,6 +123,7 @@ def bundles(small_reverse_task, small_recipe_factory, tmp_path_factory) -> dict[
     model, tokenizers, _ = load_checkpoint(out / "run" / "last")
     assert (model.cfg.norm_type, model.cfg.ffn, model.cfg.embedding_norm) == ("rms", "gated", True)
     assert isinstance(model.src_embed_norm, RMSNorm) and isinstance(model.tgt_embed_norm, RMSNorm)
+    assert model.cfg.d_head == 16 and model.decoder_layers[0].self_attn.w_o.weight.shape == (32, 64)
     assert not [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
     paths = {}
     for fuse, names in ((True, ("fp32", "int8", "inplace", "steps")), (False, ("fp32", "int8"))):
@@ -135,10 +140,11 @@ def _ops(path: Path) -> Counter:
 def test_export_passes_parity_levels_and_the_int8_gate(bundles, fuse: bool) -> None:
     manifest = json.loads((bundles[fuse] / C.MANIFEST_FILE).read_text())
     config = json.loads((bundles[fuse] / C.CONFIG_FILE).read_text())["model"]
-    assert (config["norm_type"], config["ffn"], config["activation"]) == (
+    assert (config["norm_type"], config["ffn"], config["activation"], config["head_dim"]) == (
         "rms",
         "gated",
         "gelu-tanh",
+        16,
     )
     assert config["embedding_norm"] is True
     parity = manifest["parity"]

@@ -39,6 +39,7 @@ ADAPTER_MODULES = {
     "marian": "marian",
     "m2m_100": "m2m_100",
     "mbart": "mbart",
+    "t5": "t5",
 }
 ADAPTERS = tuple(ADAPTER_MODULES)
 

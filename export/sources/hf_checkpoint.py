@@ -7,11 +7,13 @@ their checks, the weights file.
     check_stacks(config, {"relu": "relu"})                     # activation, heads, FFN widths
     ModelConfig(**stack_fields(config), ...)                   # d_model, heads, layers, ...
     state = read_weights(path)                                 # model.safetensors or .bin
+    weights = SourceWeights(state, "T5")                       # take by name, check all used
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +106,29 @@ def read_weights(path: Path) -> dict[str, Tensor]:
     if not isinstance(state, dict) or not all(isinstance(v, Tensor) for v in state.values()):
         raise SourceError(f"{file} is not a state_dict of tensors")
     return state
+
+
+class SourceWeights:
+    """A source state_dict read by name; remembers which keys the weight map used."""
+
+    def __init__(self, state: dict[str, Tensor], family: str) -> None:
+        self.state, self.family, self.used = state, family, set()
+
+    def take(self, key: str) -> Tensor:
+        """The tensor `key`, marked used; SourceError when the weights lack it."""
+        if key not in self.state:
+            raise SourceError(f"the weights lack {key}")
+        self.used.add(key)
+        return self.state[key]
+
+    def check_all_used(self, aliases: Mapping[str, str], ignored: Iterable[str] = ()) -> None:
+        """Refuse weights the map did not use, except copies of a table it used (`aliases`:
+        key -> the key it must equal) and keys the source itself ignores (`ignored`)."""
+        skip = set(ignored)
+        for key in sorted(set(self.state) - self.used - skip):
+            if key not in aliases:
+                raise SourceError(
+                    f"the weights hold {key}, which the {self.family} map does not use"
+                )
+            if not torch.equal(self.state[key], self.state[aliases[key]]):
+                raise SourceError(f"the weights' {key} differs from {aliases[key]}")

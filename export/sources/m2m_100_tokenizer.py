@@ -22,18 +22,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken
-
 from edgeseq.runtime.tokenizer import Tokenizer
 
 from . import SourceError
-from .renumber import read_vocabulary
+from .renumber import pad_vocabulary, read_vocabulary
 
 TOKENIZER_JSON, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
 SPM_MODEL = "sentencepiece.bpe.model"
 GENERATION_CONFIG = "generation_config.json"
 SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
-UNUSED = "<edgeseq unused {}>"
 LANGUAGE_KEYS = ("extra_special_tokens", "additional_special_tokens")
 # Texts the export checks against the source tokenizer (scripts, digits, spacing, specials).
 CHECK_TEXTS = (
@@ -70,19 +67,7 @@ def swapped_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, int]:
     `vocab_size` ids; how many were added). SourceError when it has more ids than that."""
     file = _tokenizer_json(path)
     tokenizer = read_vocabulary(file, SPECIALS).tokenizer()
-    size = tokenizer.vocab_size
-    if size > vocab_size:
-        raise SourceError(
-            f"the tokenizer has {size} ids but the model's embedding has {vocab_size} rows: "
-            "the tokenizer is not this model's (use the checkpoint's own tokenizer files)"
-        )
-    missing = range(size, vocab_size)
-    tokenizer.hf.add_special_tokens(
-        [AddedToken(UNUSED.format(i), special=True, normalized=False) for i in missing]
-    )
-    if tokenizer.vocab_size != vocab_size:
-        raise SourceError(f"{file}: cannot pad the tokenizer to {vocab_size} ids")
-    return tokenizer, len(missing)
+    return tokenizer, pad_vocabulary(tokenizer, vocab_size, file)
 
 
 def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:

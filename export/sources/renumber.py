@@ -7,9 +7,11 @@
 
 edgeseq's runtime needs `<pad>` `<s>` `</s>` `<unk>` at ids 0..3 (runtime/tokenizer.py). The
 source's four special tokens take those ids and edgeseq's names; every other token keeps its
-order after them. A vocabulary is a token list (one token per line, id = line number) or a
-`tokenizers` JSON file (WordLevel, WordPiece, BPE or Unigram; its ids are rewritten, its
-post-processor dropped: edgeseq adds `<s>`/`</s>` itself).
+order after them. A source without `<s>` (T5: decoding starts from `<pad>`) passes
+`"bos": None`: edgeseq's `<s>` is then a new id 1 that no text produces, and the vocabulary
+grows by one (`to_source[1]` is -1). A vocabulary is a token list (one token per line,
+id = line number) or a `tokenizers` JSON file (WordLevel, WordPiece, BPE or Unigram; its
+ids are rewritten, its post-processor dropped: edgeseq adds `<s>`/`</s>` itself).
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import AddedToken, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
 
 from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.tokenizer import Tokenizer
@@ -29,6 +31,8 @@ from edgeseq.runtime.tokenizer import Tokenizer
 from . import SourceError
 
 ROLES = ("pad", "bos", "eos", "unk")  # the order of SPECIAL_TOKENS: edgeseq ids 0..3
+NEW_TOKEN_SCORE = -1e4  # a Unigram score below any piece's: an added `<s>` is never chosen
+UNUSED = "<edgeseq unused {}>"  # ids an embedding has beyond its tokenizer's
 
 
 @dataclass
@@ -37,7 +41,7 @@ class Vocabulary:
 
     path: Path
     tokens: list[str]  # the source's tokens, by source id
-    specials: dict[str, int]  # role -> source id
+    specials: dict[str, int | None]  # role -> source id (None: bos, added)
     data: dict[str, Any] | None = None  # the tokenizers JSON; None for a token list
     to_source: np.ndarray = field(init=False)  # int64 (V,): source id of each edgeseq id
     from_source: np.ndarray = field(init=False)  # int64 (V,): edgeseq id of each source id
@@ -45,13 +49,15 @@ class Vocabulary:
     def __post_init__(self) -> None:
         special_ids = [self.specials[role] for role in ROLES]
         others = [i for i in range(len(self.tokens)) if i not in set(special_ids)]
-        self.to_source = np.array(special_ids + others, dtype=np.int64)
-        self.from_source = np.argsort(self.to_source).astype(np.int64)
+        self.to_source = np.array([-1 if i is None else i for i in special_ids] + others)
+        self.from_source = np.zeros(len(self.tokens), dtype=np.int64)
+        known = self.to_source >= 0
+        self.from_source[self.to_source[known]] = np.flatnonzero(known)
 
     @property
     def size(self) -> int:
-        """Number of ids (the same in both numberings)."""
-        return len(self.tokens)
+        """Number of edgeseq ids: the source's, plus one when `<s>` is added."""
+        return len(self.to_source)
 
     def token(self, edgeseq_id: int) -> str:
         """The token of `edgeseq_id`, specials under edgeseq's names."""
@@ -79,11 +85,16 @@ class Vocabulary:
         """The tokenizers JSON with edgeseq ids and special token names."""
         assert self.data is not None
         data = json.loads(json.dumps(self.data))  # a deep copy
-        renamed = {self.tokens[self.specials[r]]: SPECIAL_TOKENS[i] for i, r in enumerate(ROLES)}
+        renamed = {
+            self.tokens[i]: SPECIAL_TOKENS[n]
+            for n, r in enumerate(ROLES)
+            if (i := self.specials[r]) is not None
+        }
         model = data["model"]
         if model["type"] == "Unigram":
             pieces = model["vocab"]
-            scores = [piece[1] for piece in pieces] + [0.0] * (self.size - len(pieces))
+            scores = [piece[1] for piece in pieces] + [0.0] * (len(self.tokens) - len(pieces))
+            scores.append(NEW_TOKEN_SCORE)  # index -1: the added <s>
             model["vocab"] = [[self.token(e), scores[self.to_source[e]]] for e in range(self.size)]
             model["unk_id"] = 3
         else:
@@ -97,10 +108,10 @@ class Vocabulary:
         return data
 
 
-def read_vocabulary(path: Path, special_tokens: dict[str, str]) -> Vocabulary:
+def read_vocabulary(path: Path, special_tokens: dict[str, str | None]) -> Vocabulary:
     """Read a token list or a tokenizers JSON; `special_tokens` maps pad/bos/eos/unk to the
-    source's token strings. Refuses a vocabulary lacking one or using edgeseq's names for
-    ordinary tokens."""
+    source's token strings (bos None: the source has none, edgeseq adds one). Refuses a
+    vocabulary lacking one or using edgeseq's names for ordinary tokens."""
     if not path.is_file():
         raise SourceError(f"vocabulary {path} does not exist")
     data = None
@@ -125,14 +136,35 @@ def read_vocabulary(path: Path, special_tokens: dict[str, str]) -> Vocabulary:
         position[token] = i
     if sorted(special_tokens) != sorted(ROLES):
         raise SourceError(f"special_tokens must name exactly {', '.join(ROLES)}")
-    specials = {}
+    specials: dict[str, int | None] = {}
     for role in ROLES:
-        if special_tokens[role] not in position:
+        if role == "bos" and special_tokens[role] is None:
+            specials[role] = None
+        elif special_tokens[role] not in position:
             raise SourceError(f"special token {role} {special_tokens[role]!r} is not in {path}")
-        specials[role] = position[special_tokens[role]]
-    if len(set(specials.values())) != len(ROLES):
+        else:
+            specials[role] = position[special_tokens[role]]
+    if len(set(specials.values())) != len(ROLES):  # None counts once
         raise SourceError(f"special tokens must be distinct tokens, got {special_tokens}")
     for name in SPECIAL_TOKENS:
         if name in position and position[name] not in specials.values():
             raise SourceError(f"{path} has {name!r} as an ordinary token; edgeseq reserves it")
     return Vocabulary(path, tokens, specials, data)
+
+
+def pad_vocabulary(tokenizer: Tokenizer, size: int, source: Path) -> int:
+    """Give `tokenizer` (edgeseq ids) `size` ids by adding special tokens UNUSED.format(id)
+    that no text produces (an embedding with more rows than its tokenizer has ids); refuse a
+    tokenizer with more ids than that. Returns how many were added."""
+    have = tokenizer.vocab_size
+    if have > size:
+        raise SourceError(
+            f"the tokenizer has {have} ids but the model's embedding has {size} rows: the "
+            f"tokenizer ({source}) is not this model's (use the checkpoint's own tokenizer files)"
+        )
+    tokenizer.hf.add_special_tokens(
+        [AddedToken(UNUSED.format(i), special=True, normalized=False) for i in range(have, size)]
+    )
+    if tokenizer.vocab_size != size:
+        raise SourceError(f"{source}: cannot pad the tokenizer to {size} ids")
+    return size - have

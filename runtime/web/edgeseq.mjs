@@ -268,7 +268,7 @@ export class Bundle {
     const { Tensor } = this.ort;
     const S = srcIds.length;
     const H = this.model.n_heads;
-    const dHead = this.model.d_model / this.model.n_heads;
+    const dHead = this.model.head_dim ?? this.model.d_model / this.model.n_heads;
     const src = new Tensor("int64", BigInt64Array.from(srcIds, BigInt), [1, S]);
     const srcName = ioNames(this.config, "encoder", "inputs").src_ids[0].name;
     const enc = await this.encoder.run({ [srcName]: src });

@@ -134,7 +134,7 @@ class FusedEncoder(nn.Module):
         x = model.embed_source(src_ids)
         for i, layer in enumerate(model.encoder_layers):
             h = layer.sub_attn.inner(x)
-            q, k, v = self.encoder_layers[i](h).split(cfg.d_model, dim=-1)
+            q, k, v = self.encoder_layers[i](h).split(cfg.n_heads * cfg.d_head, dim=-1)
             attn = padded_attention(q, k, v, keep, cfg.n_heads)
             x = layer.sub_attn.outer(x, layer.self_attn.w_o(attn))
             x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
@@ -198,7 +198,7 @@ class FusedDecoderStep(nn.Module):
         present_k, present_v = [], []
         for i, layer in enumerate(model.decoder_layers):
             h = layer.sub_self.inner(x)
-            q, k, v = self.decoder_layers[i](h).split(cfg.d_model, dim=-1)
+            q, k, v = self.decoder_layers[i](h).split(cfg.n_heads * cfg.d_head, dim=-1)
             attn, k, v = attend(i, q, k, v)
             present_k.append(k)
             present_v.append(v)
