@@ -254,8 +254,8 @@ class Seq2SeqTransformer(nn.Module):
         self.tgt_embed_norm = make_norm(cfg) if cfg.embedding_norm else None
         # positional "relative": one bias table per stack, shared by its layers (T5's)
         relative = cfg.positional == "relative"
-        self.encoder_relative = RelativePositionBias(cfg, bidirectional=True) if relative else None
-        self.decoder_relative = RelativePositionBias(cfg, bidirectional=False) if relative else None
+        self.encoder_relative = RelativePositionBias(cfg, True) if relative else None
+        self.decoder_relative = RelativePositionBias(cfg, False) if relative else None
         self.dropout = nn.Dropout(cfg.dropout)
         self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.n_encoder_layers))
         self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.n_decoder_layers))
@@ -375,10 +375,7 @@ class Seq2SeqTransformer(nn.Module):
         cross_k, cross_v = self.cross_kv(memory)
         past_k, past_v = self.empty_cache(tgt_ids.shape[0], memory)
         tgt_keep = tgt_ids != self.cfg.pad_id
-        logits, _, _ = self.decode_step(
-            tgt_ids, past_k, past_v, cross_k, cross_v, src_keep, tgt_keep
-        )
-        return logits
+        return self.decode_step(tgt_ids, past_k, past_v, cross_k, cross_v, src_keep, tgt_keep)[0]
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor) -> Tensor:
         """Teacher-forced logits: src_ids (B, S), tgt_ids (B, T) starting with <s> -> (B, T, V)."""
