@@ -69,6 +69,8 @@ class MergeQueue {
   }
 }
 
+const isString = (s) => typeof s === "string";
+
 /** The merges of a BPE file as [left, right] pairs, in rank order. */
 function mergePairs(merges) {
   if (!Array.isArray(merges)) throw new TokenizerError("BPE model: merges must be a list");
@@ -78,13 +80,15 @@ function mergePairs(merges) {
       if (entry.startsWith("#version")) continue; // a merges.txt header, skipped as the crate does
       const parts = entry.split(" ");
       if (parts.length !== 2) {
-        throw new TokenizerError(`BPE model: merge ${pairs.length + 1} ${JSON.stringify(entry)} is not "a b"`);
+        const what = `merge ${pairs.length + 1} ${JSON.stringify(entry)}`;
+        throw new TokenizerError(`BPE model: ${what} is not "a b"`);
       }
       pairs.push(parts);
-    } else if (Array.isArray(entry) && entry.length === 2 && entry.every((s) => typeof s === "string")) {
+    } else if (Array.isArray(entry) && entry.length === 2 && entry.every(isString)) {
       pairs.push(entry);
     } else {
-      throw new TokenizerError(`BPE model: merge ${JSON.stringify(entry)} is not "a b" or ["a", "b"]`);
+      const what = JSON.stringify(entry);
+      throw new TokenizerError(`BPE model: merge ${what} is not "a b" or ["a", "b"]`);
     }
   }
   return pairs;
@@ -120,7 +124,8 @@ export class BPE {
       const ids = [left, right, merged].map((token) => {
         const id = this.ids.get(token);
         if (id === undefined) {
-          throw new TokenizerError(`BPE model: merge token ${JSON.stringify(token)} is not in the vocab`);
+          const what = JSON.stringify(token);
+          throw new TokenizerError(`BPE model: merge token ${what} is not in the vocab`);
         }
         return id;
       });
@@ -164,7 +169,8 @@ export class BPE {
       }
       if (this.unkToken === null) return;
       if (this.unkId === null) {
-        throw new TokenizerError(`BPE model: unk_token ${JSON.stringify(this.unkToken)} is not in the vocab`);
+        const what = JSON.stringify(this.unkToken);
+        throw new TokenizerError(`BPE model: unk_token ${what} is not in the vocab`);
       }
       if (unk !== null && !this.fuseUnk) out.push(unk);
       unk = this.unkId;
@@ -173,7 +179,7 @@ export class BPE {
     return out;
   }
 
-  /** Merges `ids` (a word's symbols) in place of rank order: the crate's Word::merge_all. */
+  /** `ids` (a word's symbols) merged in rank order, as the crate's Word::merge_all merges. */
   mergeAll(ids) {
     const n = ids.length;
     const prev = Int32Array.from({ length: n }, (_, i) => i - 1);
@@ -265,7 +271,8 @@ export function byteLevelDecoder(tokens) {
   return [UTF8_LOSSY.decode(Uint8Array.from(bytes))];
 }
 
-const BYTE_PIECE = /^<0x([+0-9A-Fa-f][0-9A-Fa-f])>$/; // the crate reads the two after "<0x" in base 16
+// A byte piece: the crate reads the two characters after "<0x" in base 16 (a "+" included).
+const BYTE_PIECE = /^<0x([+0-9A-Fa-f][0-9A-Fa-f])>$/;
 
 /** The ByteFallback decoder: runs of <0xNN> tokens become their UTF-8 text, or one U+FFFD per
  * byte when the run is not valid UTF-8; other tokens pass through. */

@@ -75,7 +75,8 @@ function template(spec) {
     const name = piece.SpecialToken?.id;
     const special = spec.special_tokens?.[name];
     if (!special || !Array.isArray(special.ids)) {
-      throw new TokenizerError(`TemplateProcessing: special token ${JSON.stringify(name)} has no ids`);
+      const what = JSON.stringify(name);
+      throw new TokenizerError(`TemplateProcessing: special token ${what} has no ids`);
     }
     return special.ids;
   });

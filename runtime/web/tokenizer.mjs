@@ -284,7 +284,8 @@ export class Tokenizer {
     if (bundle) {
       SPECIAL_TOKENS.forEach((token, id) => {
         if (this.tokenToId(token) !== id) {
-          throw new TokenizerError(`tokenizer must have ${token} at id ${id}; retrain it with edgeseq`);
+          const fix = "retrain it with edgeseq";
+          throw new TokenizerError(`tokenizer must have ${token} at id ${id}; ${fix}`);
         }
       });
     }
