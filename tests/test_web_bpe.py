@@ -102,6 +102,8 @@ def assert_browser_equals(path: Path, *, bundle: bool, source_ids: list[list[int
     job = {"encode": TEXTS, "encode_special": TEXTS, "decode": ids, "bundle": bundle}
     got = run_js({path: job})[path]
     assert "error" not in got, got
+    if bundle:  # the id whose inputs are not run ("unknown only"), even without a model unk
+        assert got["unk_id"] == runtime.unk_id == 3
     for name, want, have, inputs in (
         ("ids", plain, got["ids"], TEXTS),
         ("ids with specials", special, got["with_specials"], TEXTS),
@@ -287,3 +289,30 @@ def test_unsupported_options_are_refused(tmp_path: Path, case: str) -> None:
     got = run_js({path: {"encode": ["abc"]}})[path]
     assert message in got.get("error", ""), got
     assert got["error"].startswith("TokenizerError: ")
+
+
+def test_hostile_strings_equal_python(byte_level: HFTokenizer, tmp_path: Path) -> None:
+    """Any string a client sends (unpaired surrogates read as U+FFFD on both sides, controls,
+    marks, the byte-level alphabet itself) gives Python's ids through a byte-level BPE."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+    from test_web_tokenizer import HOSTILE
+
+    from edgeseq.runtime.tokenizer import utf8_text
+
+    drawn: list[str] = []
+
+    @settings(max_examples=200, deadline=None, database=None)
+    @given(st.text(st.characters(codec=None, exclude_categories=()), max_size=20))
+    def collect(text: str) -> None:
+        drawn.append(text)
+
+    collect()
+    texts = [*HOSTILE, "ĠġĊ", "Ġ Ġ", "'s'S 'll", *drawn]
+    path = tmp_path / "tokenizer.json"
+    path.write_text(byte_level.to_str(), encoding="utf-8")
+    want = [byte_level.encode(utf8_text(t), add_special_tokens=False).ids for t in texts]
+    got = run_js({path: {"encode": texts, "bundle": False}})[path]
+    assert "error" not in got, got
+    wrong = [(t, w, g) for t, w, g in zip(texts, want, got["ids"], strict=True) if w != g]
+    assert not wrong, wrong[:3]

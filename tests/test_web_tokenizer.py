@@ -143,6 +143,7 @@ for (const [file, job] of Object.entries(jobs)) {
       decoded: (job.decode ?? []).map((ids) => tok.decode(ids)),
       normalized: (job.normalize ?? []).map((t) => tok.normalize(t)),
       pieces: (job.pre_tokenize ?? []).map((t) => tok.preTokenize(t, true)),
+      unk_id: tok.unkId,
     };
   } catch (err) {
     out[file] = { error: `${err.name}: ${err.message}` };
@@ -155,7 +156,8 @@ process.stdout.write(JSON.stringify(out));
 def run_js(jobs: dict[Path, dict[str, list]]) -> dict[Path, dict]:
     """{file: {"encode": texts, "encode_special": texts, "decode": id lists, "normalize": texts,
     "pre_tokenize": texts, "bundle": false to run a file not in edgeseq ids}} -> {file: {"ids",
-    "with_specials" (the post-processor's), "decoded", "normalized", "pieces"} or {"error"}}."""
+    "with_specials" (the post-processor's), "decoded", "normalized", "pieces", "unk_id"} or
+    {"error"}}."""
     result = subprocess.run(
         [NODE, "--input-type=module", "-e", JS, WEB.as_uri()],
         input=json.dumps({str(f): job for f, job in jobs.items()}), capture_output=True,

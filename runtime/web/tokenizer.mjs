@@ -289,7 +289,7 @@ export class Tokenizer {
         }
       });
     }
-    this.unkId = model.unkId;
+    this.unkId = bundle ? 3 : model.unkId; // a bundle's <unk>, whatever its model declares
     this.eosId = bundle ? 2 : null;
   }
 
