@@ -112,13 +112,17 @@ def test_unknown_normalizer_is_refused(tmp_path: Path) -> None:
     assert "precompiled_charsmap is truncated" in js_encode(path, ["abc"]).get("error", "")
 
 
-def test_bpe_model_is_refused(tmp_path: Path) -> None:
+def test_bpe_dropout_is_refused(tmp_path: Path) -> None:
     tok = Tokenizer.train_bpe(CORPUS * 5, vocab_size=60)
+    data = json.loads(tok.to_str())
     path = tmp_path / "tokenizer.json"
     tok.save(path)
+    assert js_encode(path, ["abc"])[0]["ids"] == tok.encode("abc")
+    data["model"]["dropout"] = 0.1
+    path.write_text(json.dumps(data), encoding="utf-8")
     got = js_encode(path, ["abc"])
     assert "error" in got
-    assert 'tokenizer model "BPE" is not supported' in got["error"]
+    assert "BPE model with dropout 0.1 is not supported" in got["error"]
 
 
 # -- the parts imported tokenizers use ------------------------------------------------------
@@ -131,12 +135,15 @@ const jobs = JSON.parse(readFileSync(0, "utf8"));
 const out = {};
 for (const [file, job] of Object.entries(jobs)) {
   try {
-    const tok = Tokenizer.fromJSON(JSON.parse(readFileSync(file, "utf8")));
+    const data = JSON.parse(readFileSync(file, "utf8"));
+    const tok = Tokenizer.fromJSON(data, { bundle: job.bundle ?? true });
     out[file] = {
       ids: (job.encode ?? []).map((t) => tok.encode(t)),
+      with_specials: (job.encode_special ?? []).map((t) => tok.encode(t, true)),
       decoded: (job.decode ?? []).map((ids) => tok.decode(ids)),
       normalized: (job.normalize ?? []).map((t) => tok.normalize(t)),
       pieces: (job.pre_tokenize ?? []).map((t) => tok.preTokenize(t, true)),
+      unk_id: tok.unkId,
     };
   } catch (err) {
     out[file] = { error: `${err.name}: ${err.message}` };
@@ -147,8 +154,10 @@ process.stdout.write(JSON.stringify(out));
 
 
 def run_js(jobs: dict[Path, dict[str, list]]) -> dict[Path, dict]:
-    """{file: {"encode": texts, "decode": id lists, "normalize": texts, "pre_tokenize":
-    texts}} -> {file: {"ids", "decoded", "normalized", "pieces"} or {"error": ...}}."""
+    """{file: {"encode": texts, "encode_special": texts, "decode": id lists, "normalize": texts,
+    "pre_tokenize": texts, "bundle": false to run a file not in edgeseq ids}} -> {file: {"ids",
+    "with_specials" (the post-processor's), "decoded", "normalized", "pieces", "unk_id"} or
+    {"error"}}."""
     result = subprocess.run(
         [NODE, "--input-type=module", "-e", JS, WEB.as_uri()],
         input=json.dumps({str(f): job for f, job in jobs.items()}), capture_output=True,

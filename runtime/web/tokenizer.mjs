@@ -7,12 +7,16 @@
 // It follows runtime/tokenizer.py (the `tokenizers` library) exactly for what edgeseq bundles
 // contain: the added tokens (split out before normalisation), the normalizer the file declares
 // (Sequence, NFC, NFD, NFKC, NFKD, Lowercase, Strip, StripAccents, Replace, Prepend,
-// Precompiled), the pre-tokenizer (Split, WhitespaceSplit, Whitespace, Metaspace, Sequence),
-// the model (WordLevel: edgeseq's char and word tokenizers; Unigram: imported SentencePiece
-// models such as MarianMT's, see unigram.mjs) and the decoder (Sequence, Replace, Metaspace,
-// Fuse, Strip; none joins the tokens with spaces). Regexes are tokenizers' (Oniguruma) syntax,
-// rewritten for JavaScript. Anything else is refused with an error naming it, never
-// approximated.
+// Precompiled), the pre-tokenizer (Split, WhitespaceSplit, Whitespace, Metaspace, ByteLevel,
+// Sequence), the model (WordLevel: edgeseq's char and word tokenizers; Unigram: SentencePiece
+// models such as MarianMT's, see unigram.mjs; BPE: byte-level ones such as BART's and
+// SentencePiece ones such as NLLB's, see bpe.mjs), the decoder (Sequence, Replace, Metaspace,
+// ByteLevel, ByteFallback, Fuse, Strip; none joins the tokens with spaces) and the
+// post-processor (specials.mjs). Regexes are tokenizers' (Oniguruma) syntax, rewritten for
+// JavaScript. Anything else is refused with an error naming it, never approximated.
+//
+// A bundle's file has edgeseq's <pad> <s> </s> <unk> at ids 0..3 (checked); any other
+// tokenizer.json runs in its own ids with Tokenizer.fromJSON(data, { bundle: false }).
 
 import {
   Precompiled,
@@ -22,6 +26,8 @@ import {
   patternRegex,
   replaceMatches,
 } from "./unigram.mjs";
+import { BPE, byteFallbackDecoder, byteLevelDecoder, byteLevelPreTokenizer } from "./bpe.mjs";
+import { WORD_CHAR, addedMatcher, buildPostProcessor, splitAdded } from "./specials.mjs";
 
 export { TokenizerError };
 
@@ -96,7 +102,6 @@ function splitPieces(text, matches, behavior) {
 }
 
 const BEHAVIORS = ["Removed", "Isolated", "MergedWithPrevious", "MergedWithNext", "Contiguous"];
-const WORD_CHAR = "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}";
 const WHITESPACE_WORDS = new RegExp(`[${WORD_CHAR}]+|[^${WORD_CHAR}\\p{White_Space}]+`, "gu");
 
 /** tokenizers' prepend_scheme of a Metaspace entry ("always", "first" or "never"). */
@@ -163,10 +168,12 @@ export function buildPreTokenizer(spec, nested = false, normalized = false) {
         return splitPieces(t, matches, "MergedWithNext");
       };
     }
+    case "ByteLevel":
+      return byteLevelPreTokenizer(spec);
     default:
       throw new TokenizerError(
         `pre-tokenizer ${JSON.stringify(spec.type)} is not supported by the web runtime; ` +
-          "supported: Split, WhitespaceSplit, Whitespace, Metaspace, Sequence",
+          "supported: Split, WhitespaceSplit, Whitespace, Metaspace, ByteLevel, Sequence",
       );
   }
 }
@@ -180,6 +187,10 @@ export function buildDecoder(spec) {
     }
     case "Fuse":
       return (tokens) => [tokens.join("")];
+    case "ByteLevel":
+      return byteLevelDecoder;
+    case "ByteFallback":
+      return byteFallbackDecoder;
     case "Replace": {
       const re = patternRegex(spec.pattern, "Replace decoder");
       return (tokens) => tokens.map((t) => replaceMatches(re, t, spec.content));
@@ -205,7 +216,7 @@ export function buildDecoder(spec) {
     default:
       throw new TokenizerError(
         `decoder ${JSON.stringify(spec.type)} is not supported by the web runtime; ` +
-          "supported: Sequence, Replace, Metaspace, Fuse, Strip",
+          "supported: Sequence, Replace, Metaspace, ByteLevel, ByteFallback, Fuse, Strip",
       );
   }
 }
@@ -232,51 +243,54 @@ class WordLevel {
   }
 }
 
-const MODELS = { WordLevel, Unigram };
-const ESCAPE = /[.*+?^${}()|[\]\\/]/g;
+const MODELS = { WordLevel, Unigram, BPE };
 
 export class Tokenizer {
-  /** Build from the parsed JSON of a tokenizer file written by edgeseq. */
-  static fromJSON(data) {
+  /** Build from the parsed JSON of a tokenizer file: a bundle's (`bundle`, the default:
+   * edgeseq's special tokens at ids 0..3), or any tokenizer.json in its own ids. */
+  static fromJSON(data, { bundle = true } = {}) {
     const model = data.model ?? {};
     if (!Object.hasOwn(MODELS, model.type)) {
       throw new TokenizerError(
         `tokenizer model ${JSON.stringify(model.type)} is not supported by the web runtime; ` +
-          "only WordLevel (edgeseq's char and word tokenizers) and Unigram (imported " +
-          "SentencePiece models such as MarianMT's) are",
+          "only WordLevel (edgeseq's char and word tokenizers), Unigram and BPE are",
       );
     }
-    return new Tokenizer(data, new MODELS[model.type](model));
+    return new Tokenizer(data, new MODELS[model.type](model), bundle);
   }
 
-  constructor(data, model) {
+  constructor(data, model, bundle = true) {
     this.model = model;
     this.normalize = buildNormalizer(data.normalizer);
     this.preTokenize = buildPreTokenizer(data.pre_tokenizer, false, Boolean(data.normalizer));
     this.decoder = data.decoder ? buildDecoder(data.decoder) : null;
+    this.postProcess = buildPostProcessor(data.post_processor);
     this.addedIds = new Map(); // content -> id
     this.addedTokens = new Map(); // id -> content
+    this.specialTokens = new Set(); // contents of the special added tokens, dropped by decode
     const raw = [];
     const normalized = [];
     for (const t of data.added_tokens ?? []) {
-      for (const flag of ["single_word", "lstrip", "rstrip"]) {
-        if (t[flag]) throw new TokenizerError(`added token option ${flag} is not supported`);
-      }
       this.addedIds.set(t.content, t.id);
       this.addedTokens.set(t.id, t.content);
-      if (t.normalized ?? !t.special) normalized.push([this.normalize(t.content), t.id]);
-      else raw.push([t.content, t.id]);
+      if (t.special) this.specialTokens.add(t.content);
+      if (t.normalized ?? !t.special) normalized.push({ ...t, content: this.normalize(t.content) });
+      else raw.push(t);
     }
     // Added tokens are matched in the raw text, or (normalized ones) in each normalised piece.
     this.rawAdded = addedMatcher(raw);
     this.normalizedAdded = addedMatcher(normalized);
-    SPECIAL_TOKENS.forEach((token, id) => {
-      if (this.tokenToId(token) !== id) {
-        throw new TokenizerError(`tokenizer must have ${token} at id ${id}; retrain it with edgeseq`);
-      }
-    });
-    this.unkId = model.unkId;
-    this.eosId = 2;
+    this.bundle = bundle;
+    if (bundle) {
+      SPECIAL_TOKENS.forEach((token, id) => {
+        if (this.tokenToId(token) !== id) {
+          const fix = "retrain it with edgeseq";
+          throw new TokenizerError(`tokenizer must have ${token} at id ${id}; ${fix}`);
+        }
+      });
+    }
+    this.unkId = bundle ? 3 : model.unkId; // a bundle's <unk>, whatever its model declares
+    this.eosId = bundle ? 2 : null;
   }
 
   tokenToId(token) {
@@ -287,8 +301,9 @@ export class Tokenizer {
     return this.addedTokens.get(id) ?? this.model.idToToken(id);
   }
 
-  /** Token ids of `text`, no special tokens added; unknown symbols become <unk>. */
-  encode(text) {
+  /** Token ids of `text`; unknown symbols become <unk>. `addSpecialTokens`: the file's
+   * post-processor adds its special tokens (edgeseq's runtimes add their own instead). */
+  encode(text, addSpecialTokens = false) {
     const ids = [];
     splitAdded(text, this.rawAdded).forEach(([piece, addedId], i) => {
       if (addedId !== null) return void ids.push(addedId);
@@ -299,45 +314,21 @@ export class Tokenizer {
         }
       });
     });
-    return ids;
+    return addSpecialTokens ? this.postProcess(ids) : ids;
   }
 
-  /** Text of `ids`: stops at </s>, drops the special tokens, then the file's decoder (none:
-   * tokens joined with spaces). */
+  /** Text of `ids`: a bundle's stops at </s> and drops ids 0..3; the special added tokens are
+   * dropped, then the file's decoder runs (none: tokens joined with spaces). */
   decode(ids) {
     const kept = [];
     for (const id of ids) {
       if (id === this.eosId) break;
-      const token = id >= SPECIAL_TOKENS.length ? this.idToToken(id) : undefined;
-      if (token !== undefined) kept.push(token);
+      if (this.bundle && id < SPECIAL_TOKENS.length) continue;
+      const token = this.idToToken(id);
+      if (token !== undefined && !this.specialTokens.has(token)) kept.push(token);
     }
     return this.decoder ? this.decoder(kept).join("") : kept.join(" ");
   }
-}
-
-/** A regex finding the leftmost-longest of `tokens` ([content, id]), or null for none. */
-function addedMatcher(tokens) {
-  const present = tokens.filter(([content]) => content.length);
-  if (!present.length) return null;
-  const ids = new Map(present);
-  const alternatives = [...ids.keys()].sort((a, b) => b.length - a.length);
-  const re = new RegExp(alternatives.map((s) => s.replace(ESCAPE, "\\$&")).join("|"), "gu");
-  return { re, ids };
-}
-
-/** Pieces of `text`, [string, id] for an added token written out, else [string, null]. */
-function splitAdded(text, matcher) {
-  if (!text.length) return [];
-  if (matcher === null) return [[text, null]];
-  const out = [];
-  let last = 0;
-  for (const m of text.matchAll(matcher.re)) {
-    if (m.index > last) out.push([text.slice(last, m.index), null]);
-    out.push([m[0], matcher.ids.get(m[0])]);
-    last = m.index + m[0].length;
-  }
-  if (last < text.length) out.push([text.slice(last), null]);
-  return out;
 }
 
 // -- vocabulary fingerprints (runtime/vocabulary.py, docs/bundle.md) -------------------------
