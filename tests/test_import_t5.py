@@ -239,3 +239,19 @@ def test_refuses_another_model_type_and_unused_weights(
     shutil.copytree(t5_dirs["1.0"], path)
     (path / "config.json").write_text(json.dumps(config | {"num_layers": 1}))
     _export_fails(path, tmp_path / "out2", "the weights hold encoder.block.1.", capsys)
+
+
+def test_refuses_a_tokenizer_that_does_not_fit_the_weights(
+    t5_dirs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`</s>` and `<unk>` swapped in tokenizer.json: T5's weights have `</s>` at 1."""
+    path = tmp_path / "swapped"
+    shutil.copytree(t5_dirs["1.0"], path)
+    data = json.loads((path / "tokenizer.json").read_text())
+    vocab = data["model"]["vocab"]
+    vocab[1], vocab[2] = vocab[2], vocab[1]
+    data["model"]["unk_id"] = 1
+    for added in data["added_tokens"]:
+        added["id"] = {1: 2, 2: 1}.get(added["id"], added["id"])
+    (path / "tokenizer.json").write_text(json.dumps(data))
+    _export_fails(path, tmp_path / "out", "have ids (0, 2, 1), not T5's (0, 1, 2)", capsys)
