@@ -1,4 +1,4 @@
-"""Every `edgeseq` command that README.md and docs/*.md write agrees with the CLI.
+"""Every `edgeseq` command (and wheel) that README.md and docs/*.md write agrees with the CLI.
 
 Commands are found in two places: lines of fenced code blocks that start with `edgeseq ` (or
 `$ edgeseq `), continued by a trailing backslash or by indented lines (a synopsis), and inline
@@ -12,6 +12,7 @@ code spans that start with `edgeseq ` (they may cross a line break).
   option of the subcommand (either side of a `--flag/--no-flag` pair), as `--help` lists them.
 
 The options come from the click commands themselves (`cli.get_command`), not from a copy.
+A wheel file the docs name is the one `make wheel` builds: pyproject.toml's version.
 """
 
 from __future__ import annotations
@@ -137,3 +138,19 @@ def test_a_doc_command_matches_the_cli(command: DocCommand) -> None:
     if command.synopsis:
         missing = [sorted(g) for g in options.groups if not g & named]
         assert missing == [], f"{command.where}: the synopsis lacks {missing}"
+
+
+def test_wheel_names_are_the_wheel_make_builds() -> None:
+    """A wheel file the docs or deploy/ name is the one `make wheel` writes: this version's."""
+    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version is not None
+    texts = [*DOCS, *sorted((ROOT / "deploy").iterdir())]
+    named = {
+        (path.name, wheel)
+        for path in texts
+        if path.is_file()
+        for wheel in re.findall(r"edgeseq-[\w.]+-py3-none-any\.whl", path.read_text("utf-8"))
+    }
+    assert named, "no wheel named: the pattern no longer matches the docs"
+    expected = f"edgeseq-{version.group(1)}-py3-none-any.whl"
+    assert sorted(n for n in named if n[1] != expected) == []

@@ -393,19 +393,3 @@ def test_prose_lines_and_table_cells_stay_narrow(doc: Path) -> None:
     """Prose lines of at most 120 characters and table cells of at most 300: what does not
     fit is split into prose or more rows."""
     assert too_wide(doc.read_text(encoding="utf-8")) == []
-
-
-def test_wheel_names_are_the_wheel_make_builds() -> None:
-    """A wheel file the docs or deploy/ name is the one `make wheel` writes: this version's."""
-    version = re.search(r'^version = "([^"]+)"', (ROOT / "pyproject.toml").read_text(), re.M)
-    assert version is not None
-    texts = [*DOCS, *sorted((ROOT / "deploy").iterdir())]
-    named = {
-        (path.name, wheel)
-        for path in texts
-        if path.is_file()
-        for wheel in re.findall(r"edgeseq-[\w.]+-py3-none-any\.whl", path.read_text("utf-8"))
-    }
-    assert named, "no wheel named: the pattern no longer matches the docs"
-    expected = f"edgeseq-{version.group(1)}-py3-none-any.whl"
-    assert sorted(n for n in named if n[1] != expected) == []
