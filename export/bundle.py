@@ -31,10 +31,6 @@ from .onnx_export import GraphInfo, edgeseq_version
 # (onnxruntime's version matrix); a higher value than listed falls back to the installed one.
 MIN_ORT_FOR_IR = {8: "1.14.0", 9: "1.15.0", 10: "1.18.0"}
 MIN_ORT_FOR_OPSET = {18: "1.14.0", 19: "1.15.0", 20: "1.17.0", 21: "1.18.0"}
-# Measured with the g2p-en bundle on each onnxruntime release (docs/bundle.md): the fused
-# graphs' MultiHeadAttention gives wrong outputs for padded batches before 1.21 (1.20.1
-# changed "hello" in a batch of three).
-MIN_ORT_FUSED_ATTENTION = "1.21.0"
 
 
 class OutputExistsError(BundleError):
@@ -61,7 +57,7 @@ def exporter_versions() -> dict[str, str]:
 
 def min_onnxruntime(opset: int, ir_version: int, *needs: str) -> str:
     """Oldest onnxruntime that runs graphs of `opset` and `ir_version` and every feature
-    whose oldest version is in `needs` (MIN_ORT_FUSED_ATTENTION, a graph variant's)."""
+    whose oldest version is in `needs` (C.MIN_ORT_FUSED_ATTENTION, a graph variant's)."""
     installed = exporter_versions()["onnxruntime"]
     candidates = [
         MIN_ORT_FOR_IR.get(ir_version, installed),

@@ -104,7 +104,8 @@ def version_key(version: str) -> tuple[int, ...]:
 
 
 def check_onnxruntime(manifest: dict[str, Any], path: Path, installed: str | None = None) -> None:
-    """Refuse a bundle that needs a newer onnxruntime than the installed one."""
+    """Refuse a bundle that needs a newer onnxruntime than the installed one; when fused
+    attention is what the installed one lacks, the message names `--no-fuse` too."""
     installed = installed or ort.__version__
     needed = manifest.get("min_onnxruntime")
     if needed is None:
@@ -112,9 +113,15 @@ def check_onnxruntime(manifest: dict[str, Any], path: Path, installed: str | Non
     if not isinstance(needed, str) or not version_key(needed):
         raise BundleError(f"{path / C.MANIFEST_FILE}: min_onnxruntime {needed!r} is not a version")
     if version_key(installed) < version_key(needed):
+        fix = "upgrade it (pip install -U onnxruntime-gpu, or onnxruntime)"
+        fused = manifest.get(C.MANIFEST_FUSED_ATTENTION) is True
+        if fused and version_key(installed) < version_key(C.MIN_ORT_FUSED_ATTENTION):
+            fix += (
+                f", or re-export the bundle with `edgeseq export --no-fuse` (its fused attention "
+                f"needs {C.MIN_ORT_FUSED_ATTENTION}; --no-fuse writes standard ONNX operators)"
+            )
         raise BundleError(
-            f"{path} needs onnxruntime >= {needed} but {installed} is installed: "
-            "upgrade it (pip install -U onnxruntime-gpu, or onnxruntime)"
+            f"{path} needs onnxruntime >= {needed} but {installed} is installed: {fix}"
         )
 
 

@@ -21,6 +21,13 @@ DECODER_FILE = "decoder.onnx"
 CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 MANIFEST_FILE = "manifest.json"
+# Oldest onnxruntime that runs a bundle exported with fused attention (com.microsoft
+# MultiHeadAttention): earlier releases give wrong outputs for padded batches (measured with
+# the g2p-en bundle: 1.20.1 changed "hello" in a batch of three; docs/bundle.md). The
+# manifest's MANIFEST_FUSED_ATTENTION field says whether a bundle was (`edgeseq export`
+# without --no-fuse).
+MIN_ORT_FUSED_ATTENTION = "1.21.0"
+MANIFEST_FUSED_ATTENTION = "fused_attention"
 BUNDLE_FORMAT_VERSION = 2  # 2: one K/V tensor per decoder layer (1: stacked over layers)
 
 # Encoder graph. Cross-attention K/V and the self-attention cache are one tensor per decoder

@@ -3,13 +3,13 @@ each graph holds, parity for both, the same outputs, and the onnxruntime each ne
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
 import onnx
 import pytest
 
-from edgeseq.export.bundle import MIN_ORT_FUSED_ATTENTION
 from edgeseq.export.fused_ops import FUSED_OP, MS_DOMAIN
 from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 from edgeseq.runtime import constants as C
@@ -50,8 +50,8 @@ def test_default_graphs_hold_fused_attention(bundles: dict[bool, Path]) -> None:
             assert ops[(MS_DOMAIN, FUSED_OP)] == attentions, (file, ops)
             assert ops[("ai.onnx", "Softmax")] == 0
     manifest = Generator.load(bundles[True], providers="cpu").bundle.manifest
-    assert version_key(manifest["min_onnxruntime"]) >= version_key(MIN_ORT_FUSED_ATTENTION)
-    assert manifest["parity"]["passed"]
+    assert version_key(manifest["min_onnxruntime"]) >= version_key(C.MIN_ORT_FUSED_ATTENTION)
+    assert manifest["parity"]["passed"] and manifest[C.MANIFEST_FUSED_ATTENTION] is True
 
 
 def test_no_fuse_exports_standard_operators_with_parity(bundles: dict[bool, Path]) -> None:
@@ -60,7 +60,22 @@ def test_no_fuse_exports_standard_operators_with_parity(bundles: dict[bool, Path
         assert domains == {"ai.onnx"}, (file, domains)
     manifest = Generator.load(bundles[False], providers="cpu").bundle.manifest
     assert manifest["parity"]["passed"] and manifest["variants"]["int8"]["gate"]["passed"]
-    assert version_key(manifest["min_onnxruntime"]) < version_key(MIN_ORT_FUSED_ATTENTION)
+    assert version_key(manifest["min_onnxruntime"]) < version_key(C.MIN_ORT_FUSED_ATTENTION)
+    assert manifest[C.MANIFEST_FUSED_ATTENTION] is False
+
+
+def test_pyproject_accepts_the_unfused_floor_not_the_fused_one(bundles: dict[bool, Path]) -> None:
+    """What pyproject.toml accepts runs a --no-fuse bundle, and fused attention needs more:
+    so the refusal of a fused bundle on an older onnxruntime (naming --no-fuse) is the way
+    there, as docs/export.md says."""
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    floors = set(re.findall(r'"onnxruntime(?:-gpu)?>=([\d.]+)', text))
+    assert len(floors) == 1, floors  # onnxruntime-gpu and onnxruntime alike
+    accepted = version_key(floors.pop())
+    accepted += (0,) * (3 - len(accepted))  # ">=1.18" is 1.18.0
+    unfused = Generator.load(bundles[False], providers="cpu").bundle.manifest
+    assert version_key(unfused["min_onnxruntime"]) <= accepted
+    assert accepted < version_key(C.MIN_ORT_FUSED_ATTENTION)
 
 
 def test_fused_and_unfused_generate_the_same(bundles: dict[bool, Path]) -> None:

@@ -148,3 +148,13 @@ def test_errors_are_one_line_without_traceback(tmp_path: Path) -> None:
     )
     assert proc.stderr.endswith("(edgeseq export CHECKPOINT --out DIR)\n")
     assert proc.stderr.count("\n") == 1
+
+
+def test_usage_errors_exit_2_with_clicks_lines() -> None:
+    """Through the console entry point, as docs/runtime.md and the README say: a usage error
+    exits 2 with click's `Usage:` and `Error:` lines, not the `error:` line of exit 1."""
+    cmd = [sys.executable, "-m", "edgeseq.cli.main", "generate", "g2p-en", "--bogus", "x"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("Usage: edgeseq generate [OPTIONS] BUNDLE")
+    assert proc.stderr.endswith("Error: No such option '--bogus'.\n")

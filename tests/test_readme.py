@@ -19,7 +19,8 @@ neither (or loses one that is): a new command must be given a test here.
 
 The README's Python example runs too (its ```text block is its output), the synopses of the
 commands table are checked against each command's `--help`, and every link of README.md and
-docs/ must point at a file and heading that exist.
+docs/ must point at a file and heading that exist. README.md and docs/*.md stay within their
+sizes: line counts, prose lines of at most 120 characters, table cells of at most 300.
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ SLOW_ENV = "EDGESEQ_README_SLOW"
 SHELL_FENCES = {"bash", "sh", "console", "shell"}
 MAX_README_LINES = 130
 MAX_DOC_LINES = 450
+MAX_PROSE_CHARS = 120  # a line outside code blocks and tables
+MAX_CELL_CHARS = 300  # a table cell that is not one code span
 
 # Run in every pytest: a few seconds each.
 CHEAP = {
@@ -354,3 +357,39 @@ def test_the_readme_and_docs_stay_short() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_DOC_LINES
     }
     assert long == {}
+
+
+def too_wide(text: str) -> list[str]:
+    """`line N: ...` for each prose line over MAX_PROSE_CHARS and each table cell over
+    MAX_CELL_CHARS; lines of fenced code blocks, and cells that are one code span (a command
+    in a results table), are exempt."""
+    found, fence = [], False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("```"):
+            fence = not fence
+        elif fence:
+            continue
+        elif line.lstrip().startswith("|"):  # a table row, perhaps indented in a list
+            found += [
+                f"line {number}: a cell of {len(cell)} characters"
+                for cell in cells(line)
+                if len(cell) > MAX_CELL_CHARS and not re.fullmatch(r"`[^`]*`", cell)
+            ]
+        elif len(line) > MAX_PROSE_CHARS:
+            found.append(f"line {number}: {len(line)} characters")
+    return found
+
+
+def test_the_width_check_finds_long_lines_and_cells() -> None:
+    """A guard for the test below: a checker that finds nothing would pass it."""
+    cell = "x" * (MAX_CELL_CHARS + 1)
+    rows = f"| a | b |\n|---|---|\n| {cell} | `{cell}` |\n  | {'t' * 200} |\n"
+    sample = f"{'p' * 121}\n```\n{'c' * 200}\n```\n{rows}"
+    assert too_wide(sample) == ["line 1: 121 characters", "line 7: a cell of 301 characters"]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
+def test_prose_lines_and_table_cells_stay_narrow(doc: Path) -> None:
+    """Prose lines of at most 120 characters and table cells of at most 300: what does not
+    fit is split into prose or more rows."""
+    assert too_wide(doc.read_text(encoding="utf-8")) == []

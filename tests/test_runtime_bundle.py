@@ -117,6 +117,21 @@ def test_onnxruntime_versions_compare_numerically(tmp_path: Path) -> None:
         check_onnxruntime({"min_onnxruntime": "1.17.0"}, tmp_path, installed="1.9.2")
 
 
+def test_a_fused_bundle_on_an_older_onnxruntime_names_no_fuse(tmp_path: Path) -> None:
+    """onnxruntime 1.18-1.20 (what pyproject.toml accepts) cannot run fused attention: the
+    refusal says how to export a bundle they run; other refusals do not suggest it."""
+    fused = {"min_onnxruntime": "1.21.0", "fused_attention": True}
+    with pytest.raises(BundleError, match=r"needs onnxruntime >= 1\.21\.0 .*--no-fuse"):
+        check_onnxruntime(fused, tmp_path, installed="1.19.2")
+    search = {"min_onnxruntime": "1.22.0", "fused_attention": True}  # the search variant
+    unfused = {**fused, "fused_attention": False}
+    for manifest, installed in ((search, "1.21.1"), (unfused, "1.19.2")):
+        with pytest.raises(BundleError, match="upgrade it") as refused:
+            check_onnxruntime(manifest, tmp_path, installed=installed)
+        assert "--no-fuse" not in str(refused.value)
+    check_onnxruntime(fused, tmp_path, installed="1.21.0")
+
+
 def test_an_unknown_variant_is_refused(runtime_case) -> None:
     with pytest.raises(BundleError, match="has no variant 'int8'; it has fp32"):
         Generator.load(runtime_case.bundle, providers="cpu", variant="int8")

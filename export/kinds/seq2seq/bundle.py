@@ -31,7 +31,6 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadata
 
 from ...bundle import (
-    MIN_ORT_FUSED_ATTENTION,
     OutputExistsError,
     bundle_config,
     bundle_manifest,
@@ -173,10 +172,10 @@ def _write_into(
     )
     write_json(directory / C.CONFIG_FILE, config)
     encoder = graphs["encoder"]
-    needs = [MIN_ORT_FUSED_ATTENTION] if options.fuse else []
+    needs = [C.MIN_ORT_FUSED_ATTENTION] if options.fuse else []
     needs += [m for key in entries if (m := VARIANT_EXPORTS[key].min_onnxruntime)]
     min_ort = min_onnxruntime(encoder.opset, encoder.ir_version, *needs)
-    extra = {MANIFEST_KEY: vocabulary, **entries}
+    extra = {MANIFEST_KEY: vocabulary, C.MANIFEST_FUSED_ATTENTION: options.fuse, **entries}
     return write_manifest(
         directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
     )
