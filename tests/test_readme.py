@@ -74,8 +74,8 @@ SLOW = {
     ),
     "edgeseq bench bundles/g2p-en --checkpoint models/g2p-en --inputs 64 --repeats 3 "
     "--rounds 3 --threads 1": "3 rounds of PyTorch and onnxruntime",
-    "python benchmarks/vs_ctranslate2.py models/g2p-en --words 256 --passes 3": (
-        "3 passes of 7 engines in 2 patterns (and the bench extra)"
+    "make bench-marian": (
+        "builds an opus-mt-sized Marian and Optimum's venv, exports, 3 passes of 6 engines"
     ),
 }
 
