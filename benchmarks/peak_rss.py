@@ -90,7 +90,7 @@ def options_of(case: str):
     from edgeseq.runtime.search import GenerationOptions
 
     beam = BEAM if "beam4" in case else 1
-    return GenerationOptions(beam_size=beam, batch_size=BATCH)
+    return GenerationOptions(beam_size=beam, batch_size=BATCH).filled()  # edgeseq's defaults
 
 
 def run_generate(args: argparse.Namespace) -> dict:

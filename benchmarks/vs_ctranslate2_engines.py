@@ -82,7 +82,8 @@ class GenerateEngine:
 
         outputs, tokens = [], 0
         for batch in batches:
-            options = GenerationOptions(beam_size=beam, batch_size=len(batch))
+            # edgeseq's defaults, not a bundle's generation defaults: every engine, one search
+            options = GenerationOptions(beam_size=beam, batch_size=len(batch)).filled()
             path = "graph" if self.generator.uses_graph(options, len(batch)) else "loop"
             if path == "loop" and "InPlace" in type(self.generator.loop_model(options)).__name__:
                 path = "loop in place"

@@ -150,9 +150,9 @@ class EdgeseqEngine(Engine):
 
         outputs, tokens = [], 0
         for batch in batches:
-            options = GenerationOptions(
+            options = GenerationOptions(  # edgeseq's defaults, not the bundle's: same search
                 beam_size=beam, batch_size=len(batch), max_new_tokens=self.max_new
-            )
+            ).filled()
             texts = [self.text_of[tuple(ids)] for ids in batch]
             for result in self.generator.generate(texts, options):
                 outputs.append(tuple(i - 2 for i in result.token_ids))  # edgeseq -> Marian ids
