@@ -45,6 +45,7 @@ MAX_README_LINES = 130
 MAX_DOC_LINES = 450
 MAX_PROSE_CHARS = 120  # a line outside code blocks and tables
 MAX_CELL_CHARS = 300  # a table cell that is not one code span
+MAX_ROW_CHARS = 400  # a whole table row: wider than that reads better as a list
 
 # Run in every pytest: a few seconds each.
 CHEAP = {
@@ -360,9 +361,9 @@ def test_the_readme_and_docs_stay_short() -> None:
 
 
 def too_wide(text: str) -> list[str]:
-    """`line N: ...` for each prose line over MAX_PROSE_CHARS and each table cell over
-    MAX_CELL_CHARS; lines of fenced code blocks, and cells that are one code span (a command
-    in a results table), are exempt."""
+    """`line N: ...` for each prose line over MAX_PROSE_CHARS, each table row over
+    MAX_ROW_CHARS and each table cell over MAX_CELL_CHARS; lines of fenced code blocks, and
+    cells that are one code span (a command in a results table), are exempt."""
     found, fence = [], False
     for number, line in enumerate(text.splitlines(), 1):
         if line.startswith("```"):
@@ -370,6 +371,8 @@ def too_wide(text: str) -> list[str]:
         elif fence:
             continue
         elif line.lstrip().startswith("|"):  # a table row, perhaps indented in a list
+            if len(line) > MAX_ROW_CHARS:
+                found.append(f"line {number}: a table row of {len(line)} characters")
             found += [
                 f"line {number}: a cell of {len(cell)} characters"
                 for cell in cells(line)
@@ -384,8 +387,14 @@ def test_the_width_check_finds_long_lines_and_cells() -> None:
     """A guard for the test below: a checker that finds nothing would pass it."""
     cell = "x" * (MAX_CELL_CHARS + 1)
     rows = f"| a | b |\n|---|---|\n| {cell} | `{cell}` |\n  | {'t' * 200} |\n"
-    sample = f"{'p' * 121}\n```\n{'c' * 200}\n```\n{rows}"
-    assert too_wide(sample) == ["line 1: 121 characters", "line 7: a cell of 301 characters"]
+    wide_row = f"| {'u' * 200} | {'v' * 200} |\n"  # cells within the limit, the row over it
+    sample = f"{'p' * 121}\n```\n{'c' * 200}\n```\n{rows}{wide_row}"
+    assert too_wide(sample) == [
+        "line 1: 121 characters",
+        "line 7: a table row of 611 characters",
+        "line 7: a cell of 301 characters",
+        "line 9: a table row of 407 characters",
+    ]
 
 
 @pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
