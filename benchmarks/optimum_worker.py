@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 EOS = 0  # Marian's </s>
-# beam search as edgeseq's Marian parity runs it (edgeseq.export.sources.marian.BEAM_OPTIONS)
+# beam search as edgeseq's parity runs it (export/sources/generation_config.py BEAM_OPTIONS)
 BEAM_OPTIONS = {"length_penalty": 1.0, "early_stopping": True}
 
 

@@ -74,7 +74,7 @@ def test_ended_row_cuts_at_eos_and_drops_pads() -> None:
 
 
 def test_the_optimum_worker_searches_like_edgeseqs_marian_parity() -> None:
-    from edgeseq.export.sources.marian import BEAM_OPTIONS
+    from edgeseq.export.sources.generation_config import BEAM_OPTIONS
 
     # the worker cannot import edgeseq (its own venv); transformers runs through it too
     assert optimum_worker.BEAM_OPTIONS == BEAM_OPTIONS

@@ -30,9 +30,9 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from . import SourceError, SourceModel
-from .generation_config import PARITY_NEUTRAL, read_generation
+from .generation_config import parity_generate_kwargs, read_generation
 from .hf_checkpoint import check_stacks, read_typed_config, weights_file
-from .marian import BEAM_OPTIONS, DECODER_MAP, ENCODER_MAP
+from .marian import DECODER_MAP, ENCODER_MAP
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh"}
 ACTIVATIONS |= {"swish": "silu", "silu": "silu"}
@@ -256,15 +256,8 @@ class SwappedReference:
         out = self.model.generate(
             input_ids=swap_ids(src),
             attention_mask=(src != 0).long(),
-            max_new_tokens=max_new_tokens,
-            max_length=None,
-            do_sample=False,
-            forced_eos_token_id=None,
-            num_return_sequences=1,
-            bad_words_ids=None,
-            **PARITY_NEUTRAL,
             **forced,
-            **(BEAM_OPTIONS | {"num_beams": beam_size} if beam_size > 1 else {"num_beams": 1}),
+            **parity_generate_kwargs(beam_size, max_new_tokens),
         )
         eos = self.model.config.eos_token_id
         rows = []

@@ -18,8 +18,9 @@ renormalize_logits -> renormalize. A key the adapter implements itself (`handled
 M2M-100's forced_bos_token_id: the target language) is left to it. Every other setting that
 changes transformers' output from its defaults is named in `ignored`, never dropped silently.
 
-Adapters also pass `PARITY_NEUTRAL` to their reference's generate: parity level 3 compares
-the search of both engines under the same explicit settings, not the checkpoint's defaults.
+Adapters' references call transformers' generate with `parity_generate_kwargs`: parity
+level 3 compares the search of both engines under the same explicit settings, not the
+checkpoint's defaults.
 """
 
 from __future__ import annotations
@@ -63,6 +64,31 @@ PARITY_NEUTRAL: dict[str, Any] = {
     "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0,
     "min_new_tokens": 0, "repetition_penalty": 1.0, "renormalize_logits": False,
 }  # fmt: skip
+
+
+# edgeseq's beam search stops an input at beam_size finished hypotheses, length penalty 1
+BEAM_OPTIONS = {"length_penalty": 1.0, "early_stopping": True}
+
+
+def parity_generate_kwargs(
+    beam_size: int, max_new_tokens: int, bad_words_ids: list[list[int]] | None = None
+) -> dict[str, Any]:
+    """The keyword arguments every adapter's reference passes to transformers' `generate`
+    for parity level 3: greedy or beam search as edgeseq's (early stopping at `beam_size`
+    finished hypotheses, length penalty 1), `max_new_tokens` new tokens, no sampling, no
+    `</s>` forced at the cap, the checkpoint's other rules off (PARITY_NEUTRAL);
+    `bad_words_ids` in the source's ids (Marian bans its `<pad>`)."""
+    search = BEAM_OPTIONS | {"num_beams": beam_size}
+    return {
+        "max_new_tokens": max_new_tokens,
+        "max_length": None,  # the checkpoint's generation_config may set one: ours rules
+        "do_sample": False,
+        "forced_eos_token_id": None,
+        "num_return_sequences": 1,
+        "bad_words_ids": bad_words_ids,
+        **PARITY_NEUTRAL,
+        **(search if beam_size > 1 else {"num_beams": 1}),
+    }
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from edgeseq.runtime.errors import TokenizerError
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
 from . import SourceError, SourceModel
-from .generation_config import PARITY_NEUTRAL, read_generation
+from .generation_config import parity_generate_kwargs, read_generation
 from .hf_checkpoint import (
     check_stacks,
     config_model_type,
@@ -64,8 +64,6 @@ from .hf_checkpoint import (
 
 NAME = "marian"
 SUPPRESSED = -1e4  # the logit of <pad> and <s> (see the module docstring)
-# edgeseq's beam search: score = logprob / length, an input stops at beam_size finished.
-BEAM_OPTIONS = {"length_penalty": 1.0, "early_stopping": True}
 ACTIVATIONS = {"swish": "silu", "silu": "silu", "relu": "relu", "gelu": "gelu"}
 MBART_OPTIONS = ("normalize_before", "add_final_layer_norm", "normalize_embedding")
 POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
@@ -315,14 +313,7 @@ class MarianReference:
         out = self.model.generate(
             input_ids=_to_marian(src, self.src_pad),
             attention_mask=(src != 0).long(),
-            max_new_tokens=max_new_tokens,
-            max_length=None,  # the checkpoint's generation_config may set one: ours rules
-            do_sample=False,
-            forced_eos_token_id=None,
-            num_return_sequences=1,
-            bad_words_ids=[[self.tgt_pad]],
-            **PARITY_NEUTRAL,
-            **(BEAM_OPTIONS | {"num_beams": beam_size} if beam_size > 1 else {"num_beams": 1}),
+            **parity_generate_kwargs(beam_size, max_new_tokens, [[self.tgt_pad]]),
         )
         eos = 0  # Marian's </s>
         rows = []

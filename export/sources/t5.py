@@ -45,7 +45,7 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
 from . import SourceError, SourceModel
-from .generation_config import PARITY_NEUTRAL, read_generation
+from .generation_config import parity_generate_kwargs, read_generation
 from .hf_checkpoint import (
     SourceWeights,
     config_model_type,
@@ -54,7 +54,7 @@ from .hf_checkpoint import (
     weights_file,
 )
 from .m2m_100_tokenizer import CHECK_TEXTS
-from .marian import BEAM_OPTIONS, SUPPRESSED
+from .marian import SUPPRESSED
 from .renumber import pad_vocabulary, read_vocabulary
 
 NAME = "t5"
@@ -321,20 +321,13 @@ class T5Reference:
         self, sources: list[list[int]], beam_size: int, max_new_tokens: int
     ) -> list[list[int]]:
         """The source's generate for `sources` (edgeseq ids ending with `</s>`), in edgeseq
-        ids without the start token and `</s>`; beams stop as edgeseq's (BEAM_OPTIONS)."""
+        ids without the start token and `</s>`; beams stop as edgeseq's (parity_generate_kwargs)."""
         width = max(map(len, sources))
         src = torch.tensor([list(s) + [0] * (width - len(s)) for s in sources])
         out = self.model.generate(
             input_ids=_to_t5(src),
             attention_mask=(src != 0).long(),
-            max_new_tokens=max_new_tokens,
-            max_length=None,
-            do_sample=False,
-            forced_eos_token_id=None,
-            num_return_sequences=1,
-            bad_words_ids=None,
-            **PARITY_NEUTRAL,
-            **(BEAM_OPTIONS | {"num_beams": beam_size} if beam_size > 1 else {"num_beams": 1}),
+            **parity_generate_kwargs(beam_size, max_new_tokens),
         )
         eos = 1  # T5's </s>
         rows = []
