@@ -17,30 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
-from .step import StepModel, StepState
+from .step import StepModel, StepState, WrappedState
 
 
 @dataclass(frozen=True)
-class PrefixState:
+class PrefixState(WrappedState):
     """The wrapped model's state, each row's forced tokens int64 (B, P) and the step count."""
 
-    inner: Any
     forced: np.ndarray
     steps: int
-
-    @property
-    def batch(self) -> int:
-        """Rows in the state."""
-        return int(self.inner.batch)
-
-    @property
-    def past_len(self) -> int:
-        """Target positions already in the cache."""
-        return int(self.inner.past_len)
 
 
 class ForcedPrefix:

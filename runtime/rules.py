@@ -26,13 +26,12 @@ under it, so a forced token is never banned (transformers forces after its bans)
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from .options import GenerationOptions
 from .prefix import ForcedPrefix
-from .step import StepModel
+from .step import StepModel, WrappedState
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -44,21 +43,10 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class RulesState:
+class RulesState(WrappedState):
     """The wrapped model's state and each row's tokens fed so far int64 (B, T), `<s>` first."""
 
-    inner: Any
     history: np.ndarray
-
-    @property
-    def batch(self) -> int:
-        """Rows in the state."""
-        return int(self.inner.batch)
-
-    @property
-    def past_len(self) -> int:
-        """Target positions already in the cache."""
-        return int(self.inner.past_len)
 
 
 class Constrained:

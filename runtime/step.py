@@ -16,7 +16,8 @@ read the logits (runtime/kinds/ort_step.py). Without them (`top_width` absent or
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,6 +35,24 @@ class StepState(Protocol):
     def past_len(self) -> int:
         """Target positions already in the cache (the position of the next token)."""
         ...
+
+
+@dataclass(frozen=True)
+class WrappedState:
+    """The state of a `StepModel` that wraps another (runtime/prefix.py, runtime/rules.py):
+    the inner model's state, whose batch and cache length it reports."""
+
+    inner: Any
+
+    @property
+    def batch(self) -> int:
+        """Rows in the state."""
+        return int(self.inner.batch)
+
+    @property
+    def past_len(self) -> int:
+        """Target positions already in the cache."""
+        return int(self.inner.past_len)
 
 
 @runtime_checkable
