@@ -135,7 +135,12 @@ def session_options(threads: int | None = None, optimization: str = "all") -> or
 
     The intra-op pool threads do not spin while waiting for work: a decoder step is a few
     small kernels, and spinning threads take the cores from the thread that has work
-    (docs/experiments.md has the measurement)."""
+    (docs/experiments.md has the measurement).
+
+    The CPU memory arena is off: it keeps the largest blocks a batch ever asked for (the
+    cache of beam 4 x batch 32 on an opus-mt-sized decoder: 100-200 MB above what is live),
+    while the step's tensors are few and large, so allocating them from the system is not
+    slower (benchmarks/marian_rss.py measures both)."""
     if threads is not None and (not isinstance(threads, int) or threads < 1):
         raise ProviderError(f"threads must be a positive integer, got {threads!r}")
     if optimization not in OPTIMIZATION_LEVELS:
@@ -147,6 +152,7 @@ def session_options(threads: int | None = None, optimization: str = "all") -> or
     options.intra_op_num_threads = threads or default_threads()
     options.inter_op_num_threads = 1  # the graphs are sequential; one op at a time
     options.add_session_config_entry(SPINNING_KEY, "0")
+    options.enable_cpu_mem_arena = False
     options.graph_optimization_level = OPTIMIZATION_LEVELS[optimization]
     return options
 
