@@ -7,10 +7,10 @@
 MODEL is a checkpoint directory, or a `ModelConfig` JSON file for a random-weight model
 (seed 0; its sources are random ids). The script
 
-1. exports MODEL to an edgeseq bundle with what the docs tell a user to export, fp32 and int8
-   (`export_bundle`, the same export and quantization as `edgeseq export --variants
-   fp32,int8`, without the parity run; `--graph` adds the one-graph search) in a temporary
-   directory, or uses `--bundle` (exported from the same model);
+1. exports MODEL to an edgeseq bundle with fp32, int8, one-graph search and in-place cache
+   graphs (`export_bundle`, the same export and quantization as `edgeseq export --variants
+   fp32,int8,search,inplace`, without the parity run) in a temporary directory, or uses
+   `--bundle` (exported from the same model);
 2. converts MODEL to a CTranslate2 model (`ct2_convert.py`), loaded as float32 and int8;
 3. takes `--words` distinct sources: the test split of the checkpoint's task when it can be
    loaded (g2p: CMUdict test words), else random ids; sorts them by length and cuts them
@@ -218,10 +218,9 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     cfg = model.cfg
     bundle_dir = args.bundle
     if bundle_dir is None:
-        names = ("fp32", "int8", "search") if args.graph else ("fp32", "int8")
-        print(f"exporting the edgeseq bundle ({', '.join(names)})", file=sys.stderr)
+        print("exporting the edgeseq bundle (fp32, int8, search, inplace)", file=sys.stderr)
         bundle_dir = workdir / "bundle"
-        variants = VariantOptions(names=names)
+        variants = VariantOptions(names=("fp32", "int8", "search", "inplace"))
         export_bundle(model, tokenizers, bundle_dir, task=task, verify=False, variants=variants)
     bundle = load_bundle(bundle_dir)
     if bundle.config != cfg or "int8" not in bundle.variants:

@@ -11,8 +11,10 @@ already there:
   opus-mt-sized (d_model 512, 6 + 6 layers, 8 heads, FFN 2048, a 32k SentencePiece
   vocabulary, random weights whose `</s>` logit grows with the position so that outputs end
   at varied lengths: `marian_opus.py`), or with `--tiny` a d_model 32, 2 + 2 layer one;
-- WORK/bundle: `edgeseq export WORK/marian --variants fp32,int8 --data WORK/heldout.txt`,
-  with its parity checks against MarianMTModel (`--tiny`: `--no-verify`);
+- WORK/bundle: `edgeseq export WORK/marian --variants fp32,int8,inplace --data
+  WORK/heldout.txt` (docs/variants.md's export for a CPU server, less `steps`, which only
+  `edgeseq serve` runs; `--variants` changes it), with its parity checks against
+  MarianMTModel (`--tiny`: `--no-verify`);
 - WORK/ct2: `ctranslate2.converters.TransformersConverter` (what `ct2-transformers-converter`
   runs), loaded as float32 and int8;
 - WORK/optimum: Optimum's ONNX export, run by `optimum_worker.py` in the separate virtual
@@ -76,6 +78,7 @@ from vs_optimum_engines import (  # noqa: E402
 )
 
 DEFAULT_OPTIMUM_PYTHON = HERE.parent / ".venv-optimum" / "bin" / "python"
+GRAPH_KEYS = ("search", "steps", "inplace")  # manifest keys of the variants beside precisions
 
 
 # -- building what the engines run ------------------------------------------------------------
@@ -94,13 +97,20 @@ def prepare_model(args: argparse.Namespace) -> Path:
 
 
 def prepare_bundle(args: argparse.Namespace, marian: Path, heldout: Path) -> tuple[Path, float]:
-    """WORK/bundle via `edgeseq export` (skipped when present) and its seconds (0: reused)."""
+    """WORK/bundle via `edgeseq export` (skipped when one with every asked variant is there;
+    replaced when it lacks one) and its seconds (0: reused)."""
     bundle = args.work / "bundle"
+    asked = set(args.variants.split(","))
     if (bundle / "manifest.json").is_file():
-        return bundle, 0.0
+        manifest = json.loads((bundle / "manifest.json").read_text())
+        present = set(manifest["variants"]) | {k for k in GRAPH_KEYS if k in manifest}
+        if asked <= present:
+            return bundle, 0.0
+        say(f"{bundle} lacks {', '.join(sorted(asked - present))}: exporting it again")
     edgeseq = Path(sys.executable).with_name("edgeseq")
     command = [str(edgeseq), "export", str(marian), "--out", str(bundle), "--data", str(heldout)]
-    command += ["--variants", "fp32,int8", "--inputs", str(args.export_inputs)]
+    command += ["--force"] if bundle.exists() else []
+    command += ["--variants", args.variants, "--inputs", str(args.export_inputs)]
     command += ["--max-metric-drop", str(args.max_metric_drop)]
     if args.tiny:
         command.append("--no-verify")
@@ -219,6 +229,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--inputs", type=positive_int, default=64, help="sources (default 64)")
     add_cell_options(parser)
     parser.add_argument("--max-new-tokens", type=positive_int, default=96, help="(default 96)")
+    parser.add_argument(
+        "--variants",
+        default="fp32,int8,inplace",
+        help="edgeseq export --variants (default fp32,int8,inplace; needs fp32 and int8)",
+    )
     parser.add_argument(
         "--export-inputs",
         type=positive_int,
