@@ -22,9 +22,12 @@ from test_import_m2m100 import run_main
 from transformers import M2M100ForConditionalGeneration, M2M100Tokenizer
 
 from edgeseq.cli.main import cli
+from edgeseq.export.heldout import HeldOut, with_languages
+from edgeseq.export.parity import random_sources
 from edgeseq.export.sources import SourceError
 from edgeseq.export.sources.m2m_100 import load
 from edgeseq.export.sources.m2m_100_tokenizer import CHECK_TEXTS
+from edgeseq.runtime.metrics import score
 
 WORDS = ["ton", "Ship", "the quick brown fox", "Straße naïve"]
 
@@ -151,3 +154,40 @@ def test_a_vocabulary_without_a_piece_and_unknown_code_lists_are_refused(
     expected = f"{broken}/tokenizer_config.json: language_codes 'x' is not one of m2m100, wmt21"
     assert code == 1 and err == f"error: {expected}\n"
     assert not out.exists()
+
+
+def test_data_gate_scores_what_generate_prints(m2m_dir: Path, source: Any, tmp_path: Path) -> None:
+    """`--data` inputs get `__en__` and the forced `__fr__` as generate gives them: fp32's
+    scores in the manifest are those of `edgeseq generate`'s outputs for the same inputs."""
+    words = dict.fromkeys(line.split()[0] for line in synthetic_corpus("source", 200, seed=9))
+    rows = [(w, w if i % 3 else "x") for i, w in enumerate(list(words)[:30])]
+    data = tmp_path / "data.tsv"
+    data.write_text("".join(f"{w}\t{ref}\n" for w, ref in rows), encoding="utf-8")
+    out = tmp_path / "bundle"
+    args = ["export", str(m2m_dir), "--out", str(out), "--data", str(data), "--variants", "int8"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    fp32 = manifest["variants"]["fp32"]
+    (data.with_suffix("")).write_text("".join(f"{w}\n" for w, _ in rows), encoding="utf-8")
+    printed = CliRunner().invoke(cli, ["generate", str(out), "--input", str(data.with_suffix(""))])
+    assert printed.exit_code == 0, printed.output
+    hyps = printed.output.splitlines()
+    want = score(hyps, [[ref] for _, ref in rows], str.split)
+    assert fp32["metric"] == "wer" and fp32["scores"]["count"] == len(rows)
+    assert fp32["scores"]["wer"] == pytest.approx(want["wer"], abs=1e-6)
+    assert fp32["scores"]["exact_match"] == pytest.approx(want["exact_match"], abs=1e-6)
+    assert 0 < want["exact_match"] < 1  # the outputs are neither all right nor all wrong
+    gate = manifest["variants"]["int8"]["gate"]
+    assert gate["source"] == "data.tsv: 30 inputs"
+    assert gate["fp32"] == pytest.approx(want["wer"], abs=1e-6)
+
+
+def test_random_held_out_sources_carry_the_languages(source: Any) -> None:
+    held = HeldOut(random_sources(source.model, 20), None, "random sources")
+    laid_out = with_languages(held, source.languages, source.tokenizers, source.model)
+    codes = source.languages["codes"]
+    assert [ids[0] for ids in laid_out.sources] == [codes["en"]] * 20
+    assert [ids[1:] for ids in laid_out.sources] == held.sources
+    assert laid_out.target_prefix == (codes[M2M100_TARGET],)
+    assert with_languages(held, None, source.tokenizers, source.model) is held
