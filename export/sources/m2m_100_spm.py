@@ -65,7 +65,9 @@ def m2m100_tokenizer(path: Path, config: dict[str, Any]) -> tuple[Tokenizer, dic
         problems.append(f"{len(missing)} SentencePiece pieces are missing (e.g. {missing[0]!r})")
     if problems:
         raise SourceError(
-            f"{path / VOCAB} is not M2M100Tokenizer's vocabulary: " + "; ".join(problems)
+            f"{path / VOCAB} is not M2M100Tokenizer's vocabulary for {SPM_MODEL} ("
+            + "; ".join(problems)
+            + "): export with the checkpoint's own tokenizer files"
         )
     codes = language_codes(config, path)
     edgeseq = {token: _edgeseq_id(i) for token, i in vocab.items()}
@@ -102,7 +104,8 @@ def language_codes(config: dict[str, Any], path: Path) -> list[str]:
     if name not in FAIRSEQ_LANGUAGE_CODES:
         known = ", ".join(FAIRSEQ_LANGUAGE_CODES)
         raise SourceError(
-            f"{path}/tokenizer_config.json: language_codes {name!r} is not one of {known}"
+            f"{path}/tokenizer_config.json: language_codes {name!r} is not one of {known}; "
+            "set it to the list the checkpoint was trained with"
         )
     return list(FAIRSEQ_LANGUAGE_CODES[name])
 

@@ -12,6 +12,9 @@ after them (the non-legacy NLLB layout `[src_lang] tokens </s>`). Language codes
 tokenizer's extra special tokens (tokenizer_config.json) other than `<s>` `<pad>` `</s>`
 `<unk>`; decoding drops them like every special token. mBART-50's tokenizer.json is read the
 same way (mbart.py).
+M2M100Tokenizer's layout (vocab.json + sentencepiece.bpe.model, no tokenizer.json) is
+converted by m2m_100_spm.py; its codes are given without the underscores of their tokens
+(`fr` for `__fr__`, the languages object's "token_format").
 When the embedding has more rows than the tokenizer has ids (NLLB-200: 256,206 rows, 256,204
 ids), the missing ids become special tokens UNUSED.format(id) that no text produces.
 """
