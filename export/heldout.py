@@ -6,16 +6,19 @@ held.texts[0]        # "abc" (None for random sources)
 held.description     # "task reverse, dev split (200 of 1000)"
 held.references[0]   # ["cba"]: every target of that source in its split (None when random)
 held = heldout_from_file("pairs.tsv", tokenizers, model)   # the user's data (--data)
+held = with_languages(held, languages, tokenizers, model)  # a multilingual model's layout
+held.target_prefix   # (id of the default target language,): forced first, as generate does
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime.errors import EdgeseqError, InputFileError
+from edgeseq.runtime.languages import Languages
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from .limits import LEVEL3_MIN_INPUTS
@@ -33,6 +36,7 @@ class HeldOut:
     references: list[list[str]] | None = None  # acceptable targets per source (task only)
     task_name: str | None = None  # the task the sources come from
     target_chars: bool = False  # targets are scored per character (else per word/phoneme)
+    target_prefix: tuple[int, ...] = ()  # ids forced as the first generated tokens (a language)
 
 
 def heldout_sources(
@@ -117,3 +121,35 @@ def heldout_from_file(
     description = f"{path.name}: {len(sources)} inputs"
     refs_out = references if with_refs else None
     return HeldOut(sources, texts, description, None, refs_out, "data" if with_refs else None)
+
+
+def with_languages(
+    held: HeldOut,
+    languages: dict[str, Any] | None,
+    tokenizers: TokenizerPair,
+    model: Seq2SeqTransformer,
+) -> HeldOut:
+    """`held` laid out as `edgeseq generate` lays out a multilingual model's inputs with its
+    default languages (runtime/languages.py): the source language's token before each
+    source's tokens (after `<s>` for a source_bos model) and the default target language
+    forced as the first generated token. Sources that no longer fit max_len are dropped;
+    `held` itself when `languages` is None (config.json's "languages" object)."""
+    langs = Languages.from_config(languages, tokenizers.target)
+    if langs is None:
+        return held
+    prefix = langs.source_prefix_ids(None)
+    skip = 1 if model.cfg.source_bos else 0
+    laid_out = [[*ids[:skip], *prefix, *ids[skip:]] for ids in held.sources]
+    keep = [i for i, ids in enumerate(laid_out) if len(ids) <= model.cfg.max_len]
+    if not keep:
+        raise InputFileError(
+            f"{held.description}: no input fits the model's max_len ({model.cfg.max_len} "
+            "tokens) with the source-language token; pass shorter inputs"
+        )
+    return replace(
+        held,
+        sources=[laid_out[i] for i in keep],
+        texts=None if held.texts is None else [held.texts[i] for i in keep],
+        references=None if held.references is None else [held.references[i] for i in keep],
+        target_prefix=langs.target_prefix(None),
+    )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .heldout import HeldOut, heldout_from_file, heldout_sources
+from .heldout import HeldOut, heldout_from_file, heldout_sources, with_languages
 from .limits import LEVEL3_MIN_INPUTS
 from .sources import SourceModel
 from .variants import VariantOptions
@@ -44,11 +44,13 @@ class ExportOptions:
 
 def held_out(source: SourceModel, options: ExportOptions) -> HeldOut:
     """The held-out inputs of `source`: `options.data`'s, else its task's dev split, else
-    random ids (export/heldout.py); a warning about them is reported as a progress line."""
+    random ids (export/heldout.py), laid out with a multilingual model's default languages as
+    generate lays them out; a warning about them is reported as a progress line."""
     if options.data is not None:
         held = heldout_from_file(options.data, source.tokenizers, source.model, options.inputs)
     else:
         held = heldout_sources(source.task, source.tokenizers, source.model, options.inputs)
+    held = with_languages(held, source.languages, source.tokenizers, source.model)
     if held.warning:
         options.say(f"warning: {held.warning}")
     return held

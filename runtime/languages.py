@@ -6,8 +6,10 @@ goes, and the defaults, as config.json's "languages" object records them (docs/b
     langs.target_prefix("fra_Latn")         # (id of fra_Latn,): forced as the first token
     options = langs.resolve(options)        # the defaults filled in, unknown codes refused
 
-A source is `[source language] tokens </s>` (NLLB's non-legacy layout) when "source_prefix"
-is true; the target language is forced as the first generated token (runtime/prefix.py).
+A code's token is the code itself (NLLB, mBART-50) or "token_format" with the code for {}
+(M2M-100: `__{}__`, code `fr`, token `__fr__`). A source is `[source language] tokens </s>`
+(NLLB's non-legacy layout) when "source_prefix" is true; the target language is forced as
+the first generated token (runtime/prefix.py).
 """
 
 from __future__ import annotations
@@ -38,10 +40,14 @@ class Languages:
         codes = data.get("codes") if isinstance(data, dict) else None
         if not isinstance(codes, dict) or not codes:
             raise BundleError('config.json "languages" has no "codes" object; re-export')
+        spelling = data.get("token_format", "{}")
+        if not isinstance(spelling, str) or spelling.count("{}") != 1:
+            raise BundleError('config.json "languages": "token_format" must contain one {}')
         for code, i in codes.items():
-            if not isinstance(i, int) or tokenizer.hf.id_to_token(i) != code:
+            token = spelling.replace("{}", str(code))
+            if not isinstance(i, int) or tokenizer.hf.id_to_token(i) != token:
                 raise BundleError(
-                    f'config.json "languages": {code!r} is not the tokenizer\'s token {i!r}'
+                    f'config.json "languages": {token!r} is not the tokenizer\'s token {i!r}'
                 )
         langs = cls(
             dict(codes),

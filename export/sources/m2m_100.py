@@ -1,7 +1,8 @@
 """The M2M-100 adapter: a Hugging Face M2M100ForConditionalGeneration directory
 (`save_pretrained`'s layout: config.json with model_type m2m_100, model.safetensors or
-pytorch_model.bin, and the NLLB tokenizer's tokenizer.json + tokenizer_config.json), mapped
-onto `Seq2SeqTransformer`. NLLB-200 checkpoints are this model class with NllbTokenizer.
+pytorch_model.bin, and the NLLB tokenizer's tokenizer.json + tokenizer_config.json, or
+M2M100Tokenizer's vocab.json + sentencepiece.bpe.model: m2m_100_spm.py), mapped onto
+`Seq2SeqTransformer`. NLLB-200 checkpoints are this model class with NllbTokenizer.
 
     source = load(Path("nllb-200-distilled-600M"))   # SourceModel; reference wraps the source
     source.languages            # {"codes": {"fra_Latn": 503, ...}, "source_prefix": true, ...}

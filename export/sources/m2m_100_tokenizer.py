@@ -12,6 +12,9 @@ after them (the non-legacy NLLB layout `[src_lang] tokens </s>`). Language codes
 tokenizer's extra special tokens (tokenizer_config.json) other than `<s>` `<pad>` `</s>`
 `<unk>`; decoding drops them like every special token. mBART-50's tokenizer.json is read the
 same way (mbart.py).
+M2M100Tokenizer's layout (vocab.json + sentencepiece.bpe.model, no tokenizer.json) is
+converted by m2m_100_spm.py; its codes are given without the underscores of their tokens
+(`fr` for `__fr__`, the languages object's "token_format").
 When the embedding has more rows than the tokenizer has ids (NLLB-200: 256,206 rows, 256,204
 ids), the missing ids become special tokens UNUSED.format(id) that no text produces.
 """
@@ -31,6 +34,7 @@ TOKENIZER_JSON, TOKENIZER_CONFIG = "tokenizer.json", "tokenizer_config.json"
 SPM_MODEL = "sentencepiece.bpe.model"
 GENERATION_CONFIG = "generation_config.json"
 SPECIALS = {"pad": "<pad>", "bos": "<s>", "eos": "</s>", "unk": "<unk>"}
+M2M100_TOKEN = "__{}__"  # M2M100Tokenizer's token of a language code (NLLB's: the code)
 LANGUAGE_KEYS = ("extra_special_tokens", "additional_special_tokens")
 # Texts the export checks against the source tokenizer (scripts, digits, spacing, specials).
 CHECK_TEXTS = (
@@ -46,13 +50,21 @@ CHECK_TEXTS = (
 
 def m2m_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, dict[str, Any], int]:
     """(tokenizer in edgeseq ids, the languages as the bundle records them, how many unused
-    ids were added to reach `vocab_size`)."""
+    ids were added to reach `vocab_size`). Reads tokenizer.json (NLLB) or M2M100Tokenizer's
+    vocab.json + sentencepiece.bpe.model (m2m_100_spm.py)."""
     config = read_tokenizer_config(path)
     if config.get("legacy_behaviour"):
         raise SourceError(
             f"{path / TOKENIZER_CONFIG}: legacy_behaviour is true (source language after </s>);"
             " edgeseq places it first (the non-legacy layout): set it to false"
         )
+    if not (path / TOKENIZER_JSON).is_file() and (path / "vocab.json").is_file():
+        from .m2m_100_spm import m2m100_tokenizer
+
+        tokenizer, codes = m2m100_tokenizer(path, config)
+        padded = pad_vocabulary(tokenizer, vocab_size, path / "vocab.json")
+        found = _languages(path, config, codes, "en") | {"token_format": M2M100_TOKEN}
+        return tokenizer, found, padded
     tokenizer, padded = swapped_tokenizer(path, vocab_size)
     return tokenizer, languages(path, config, tokenizer), padded
 
@@ -72,8 +84,8 @@ def swapped_tokenizer(path: Path, vocab_size: int) -> tuple[Tokenizer, int]:
 
 def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[str, Any]:
     """The language codes (extra special tokens of tokenizer_config.json that the vocabulary
-    has) with their edgeseq ids, the default source (src_lang) and target (tgt_lang, else
-    generation_config.json's forced_bos_token_id) languages."""
+    has) with their edgeseq ids, the default source (src_lang, else eng_Latn) and target
+    (tgt_lang, else generation_config.json's forced_bos_token_id) languages."""
     listed: list[Any] = next((config[k] for k in LANGUAGE_KEYS if config.get(k)), [])
     names = [item.get("content") if isinstance(item, dict) else item for item in listed]
     codes = {str(n): tokenizer.hf.token_to_id(str(n)) for n in names if n}
@@ -83,7 +95,17 @@ def languages(path: Path, config: dict[str, Any], tokenizer: Tokenizer) -> dict[
             f"{path / TOKENIZER_CONFIG} lists no language codes (extra_special_tokens) that the "
             "tokenizer has: not an M2M-100 / NLLB tokenizer"
         )
-    source = config.get("src_lang") or ("eng_Latn" if "eng_Latn" in codes else next(iter(codes)))
+    return _languages(path, config, codes, "eng_Latn")
+
+
+def _languages(
+    path: Path, config: dict[str, Any], codes: dict[str, int], usual_source: str
+) -> dict[str, Any]:
+    """The bundle's languages object for `codes` (code -> edgeseq id): the default source is
+    src_lang (else `usual_source`, else the first code), the target tgt_lang (else the code
+    of generation_config.json's forced_bos_token_id, else none)."""
+    fallback = usual_source if usual_source in codes else next(iter(codes))
+    source = config.get("src_lang") or fallback
     target = config.get("tgt_lang")
     generation = path / GENERATION_CONFIG
     forced = read_json(generation).get("forced_bos_token_id") if generation.is_file() else None
@@ -111,11 +133,6 @@ def _tokenizer_json(path: Path) -> Path:
         return file
     if not (path / SPM_MODEL).is_file():
         raise SourceError(f"{path} has neither {TOKENIZER_JSON} nor {SPM_MODEL}")
-    if (path / "vocab.json").is_file():
-        raise SourceError(
-            f"{path} has M2M100Tokenizer's vocab.json + {SPM_MODEL}, which edgeseq does not "
-            "convert yet; NLLB checkpoints (NllbTokenizer's tokenizer.json) are supported"
-        )
     raise SourceError(
         f"{path} has {SPM_MODEL} but no {TOKENIZER_JSON}: write one with transformers "
         "(AutoTokenizer.from_pretrained(DIR).save_pretrained(DIR)) and export again"

@@ -132,7 +132,7 @@ def marian_tokenizer(
     hf = Tokenizer(models.Unigram(pieces, unk_id=ids[UNK], byte_fallback=False))
     hf.normalizer = _normalizer(spm, codes, collapse_unknown=unknown_pieces)
     hf.pre_tokenizer = pre_tokenizers.Metaspace(SPIECE, prepend_scheme="never", split=True)
-    hf.decoder = _decoder()
+    hf.decoder = spm_decoder()
     hf.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
     hf.post_processor = processors.TemplateProcessing(
         single=f"$A {EOS}", pair=f"$A $B {EOS}", special_tokens=[(EOS, ids[EOS])]
@@ -181,14 +181,15 @@ def check_vocab(vocab: dict[str, int]) -> int:
     return len(vocab) - 1
 
 
-def read_spm(path: str | Path) -> SpmModel:
-    """The pieces, scores and normaliser of a SentencePiece model; refuses the options this
-    conversion does not reproduce (every problem in one error)."""
+def read_spm(path: str | Path, model_type: str = "UNIGRAM") -> SpmModel:
+    """The pieces, scores and normaliser of a SentencePiece model of `model_type` ("UNIGRAM"
+    or "BPE"); refuses the options the conversions do not reproduce (every problem in one
+    error)."""
     try:
         from sentencepiece import sentencepiece_model_pb2
     except ImportError as exc:
         raise MissingDependencyError(
-            f"reading Marian's SentencePiece models needs sentencepiece and protobuf ({exc}); "
+            f"reading SentencePiece models needs sentencepiece and protobuf ({exc}); "
             f"install them with: {HF_EXTRA}"
         ) from None
     path = _require(Path(path))
@@ -200,7 +201,7 @@ def read_spm(path: str | Path) -> SpmModel:
     trainer, norm, piece_type = proto.trainer_spec, proto.normalizer_spec, proto.SentencePiece
     ours = {HIDDEN, ESCAPED}
     required = {
-        "model_type UNIGRAM": trainer.model_type == trainer.UNIGRAM,
+        f"model_type {model_type}": trainer.model_type == getattr(trainer, model_type),
         "no byte_fallback": not trainer.byte_fallback,
         "split_by_whitespace": trainer.split_by_whitespace,
         "no split_digits": not trainer.split_digits,
@@ -253,7 +254,7 @@ def _normalizer(
     return normalizers.Sequence(steps)
 
 
-def _decoder() -> decoders.Decoder:
+def spm_decoder() -> decoders.Decoder:
     """MarianTokenizer's decoding: pieces joined, `▁` -> space, the result stripped."""
     return decoders.Sequence(
         [

@@ -23,19 +23,15 @@
 // variant"); its hypotheses are re-ranked as runtime/graph_search.py re-ranks them.
 
 import { graphVariantProblem } from "./graph_variants.mjs";
+import { generationDefaults, LanguageError, Languages, noLanguages } from "./languages.mjs";
 import { Tokenizer, TokenizerError, vocabularyFingerprint } from "./tokenizer.mjs";
+import { BundleError, checkVocabulary, onnxMetadata } from "./vocabulary_check.mjs";
 
-export { Tokenizer, TokenizerError, vocabularyFingerprint };
+export { BundleError, checkVocabulary, LanguageError, onnxMetadata, Tokenizer, TokenizerError };
+export { vocabularyFingerprint };
 
 /** Which graphs Bundle.load opens: the two-graph loop, the search graph, or both. */
 export const SEARCH_MODES = ["loop", "graph", "both"];
-
-export class BundleError extends Error {
-  constructor(message) {
-    super(message);
-    this.name = "BundleError";
-  }
-}
 
 async function fetchBytes(url) {
   let response;
@@ -60,75 +56,6 @@ function parseJSON(bytes, name) {
     return JSON.parse(new TextDecoder().decode(bytes));
   } catch (err) {
     throw new BundleError(`${name} is not valid JSON (${err.message}); re-export the bundle`);
-  }
-}
-
-/** metadata_props {key: value} of an .onnx file's bytes: the top level of its protobuf
- * (ModelProto field 14, StringStringEntryProto key 1 / value 2), the graph skipped. */
-export function onnxMetadata(bytes) {
-  let at = 0;
-  const varint = (end) => {
-    let value = 0;
-    for (let shift = 0; shift < 64; shift += 7) {
-      if (at >= end) break;
-      const byte = bytes[at++];
-      value += (byte & 0x7f) * 2 ** shift;
-      if (byte < 0x80) return value;
-    }
-    throw new BundleError("a graph file is not an ONNX model; re-export the bundle");
-  };
-  const utf8 = new TextDecoder("utf-8", { fatal: true });
-  const out = {};
-  while (at < bytes.length) {
-    const tag = varint(bytes.length);
-    const wire = tag % 8;
-    if (wire === 0) varint(bytes.length);
-    else if (wire === 1 || wire === 5) at += wire === 1 ? 8 : 4;
-    else if (wire === 2) {
-      const length = varint(bytes.length);
-      const end = at + length;
-      if (Math.floor(tag / 8) === 14) {
-        const entry = {};
-        while (at < end) {
-          const field = Math.floor(varint(end) / 8);
-          const size = varint(end);
-          entry[field] = utf8.decode(bytes.subarray(at, at + size));
-          at += size;
-        }
-        out[entry[1] ?? ""] = entry[2] ?? "";
-      }
-      at = end;
-    } else throw new BundleError("a graph file is not an ONNX model; re-export the bundle");
-  }
-  return out;
-}
-
-/**
- * Refuse a tokenizer file whose vocabulary fingerprint differs from the one manifest.json
- * ("vocabulary") or a graph's metadata_props (edgeseq.{side}_vocab_sha256) records; bundles
- * exported before fingerprints record none. `tokenizers`: {side: {name, data}}; `graphs`:
- * [{name, bytes}] of the .onnx files to be opened.
- */
-export async function checkVocabulary(manifest, tokenizers, graphs) {
-  for (const [side, { name, data }] of Object.entries(tokenizers)) {
-    const records = [];
-    const listed = manifest.vocabulary?.[side];
-    if (listed !== undefined) records.push(["manifest.json", listed]);
-    for (const graph of graphs) {
-      const value = onnxMetadata(graph.bytes)[`edgeseq.${side}_vocab_sha256`];
-      if (value !== undefined) records.push([graph.name, value]);
-    }
-    if (!records.length) continue;
-    const got = await vocabularyFingerprint(data);
-    for (const [where, want] of records) {
-      if (want !== got) {
-        throw new BundleError(
-          `${name} does not match the vocabulary the graphs were exported with (fingerprint ` +
-            `${got.slice(0, 16)}..., ${where} records ${String(want).slice(0, 16)}...); ` +
-            "re-export the bundle or restore the file",
-        );
-      }
-    }
   }
 }
 
@@ -240,17 +167,32 @@ export class Bundle {
     if (dtype !== "float32") {
       throw new BundleError(`cache dtype ${dtype} is not supported; use the fp32 or int8 variant`);
     }
+    this.languages = Languages.fromConfig(config.languages, target); // null: none
+    this.generation = generationDefaults(config); // what the searches apply, what they do not
+  }
+
+  /** {source, target}: the ids before a source's tokens and those forced first in its
+   * output, for per-call `{sourceLang, targetLang}` (the config's defaults when absent). */
+  prefixes({ sourceLang, targetLang } = {}) {
+    const bos = this.model.source_bos ? [this.model.bos_id] : []; // BART: <s> tokens </s>
+    if (!this.languages) {
+      noLanguages({ sourceLang, targetLang });
+      return { source: bos, target: [] };
+    }
+    const source = [...bos, ...this.languages.sourcePrefix(sourceLang)];
+    return { source, target: this.languages.targetPrefix(targetLang) };
   }
 
   /**
-   * Source ids of `text` plus </s>; longer than max_len is an error, as in Python. An input
-   * with no token after normalisation, or with unknown symbols only, is not run (Python's
-   * `Source.skipped` "empty" / "unknown"): null.
+   * Source ids of `text` plus </s>, after `<s>` (source_bos) and the source language's token
+   * (a bundle with languages; `sourceLang` or its default); longer than max_len is an error,
+   * as in Python. An input with no token after normalisation, or with unknown symbols only,
+   * is not run (Python's `Source.skipped` "empty" / "unknown"): null.
    */
-  encode(text) {
+  encode(text, { sourceLang } = {}) {
     const tokens = this.source.encode(text);
     if (tokens.every((id) => id === this.source.unkId)) return null;
-    const ids = [...tokens, this.model.eos_id];
+    const ids = [...this.prefixes({ sourceLang }).source, ...tokens, this.model.eos_id];
     if (ids.length > this.model.max_len) {
       throw new BundleError(
         `input has ${ids.length} source tokens with </s> but the model's max_len is ` +
@@ -260,8 +202,10 @@ export class Bundle {
     return ids;
   }
 
-  /** Greedy output ids (without <s> and </s>) for source ids int64 [S]. */
-  async greedyIds(srcIds) {
+  /** Greedy output ids (without <s> and </s>) for source ids int64 [S]: the ids of `forced`
+   * first (a target language, log-probability 0), then arg-max, at most `maxNewTokens` (the
+   * bundle's default, else max_len) within max_len positions. */
+  async greedyIds(srcIds, { forced = [], maxNewTokens = this.generation.maxNewTokens } = {}) {
     if (!this.decoder) {
       throw new BundleError('the bundle was loaded with search: "graph"; use generateInGraph');
     }
@@ -292,12 +236,14 @@ export class Bundle {
     let last = this.model.bos_id;
     const inputName = this.decoderIn.input_ids[0].name;
     const logitsName = this.decoderOut.logits[0].name;
-    for (let step = 0; step < this.model.max_len; step++) {
+    const budget = Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
+    for (let step = 0; step < budget; step++) {
       feeds[inputName] = new Tensor("int64", BigInt64Array.of(BigInt(last)), [1, 1]);
       const result = await this.decoder.run(feeds);
       const logits = result[logitsName].data; // [1, 1, V]
       let best = 0;
-      for (let v = 1; v < logits.length; v++) if (logits[v] > logits[best]) best = v;
+      if (step < forced.length) best = forced[step];
+      else for (let v = 1; v < logits.length; v++) if (logits[v] > logits[best]) best = v;
       if (best === this.model.eos_id) break;
       out.push(best);
       last = best;
@@ -313,18 +259,26 @@ export class Bundle {
     return out;
   }
 
-  /** The greedy output text of one input; an input that `encode` skips gives "". */
-  async generate(text) {
-    const ids = this.encode(text);
-    return ids ? this.target.decode(await this.greedyIds(ids)) : "";
+  /** The greedy output text of one input; an input that `encode` skips gives "". Options:
+   * `sourceLang`, `targetLang` (a bundle with languages: codes of config.json's list, its
+   * defaults when absent, an unknown code refused with the list), `maxNewTokens`. */
+  async generate(text, { sourceLang, targetLang, maxNewTokens } = {}) {
+    const prefixes = this.prefixes({ sourceLang, targetLang });
+    const ids = this.encode(text, { sourceLang });
+    if (!ids) return "";
+    return this.target.decode(await this.greedyIds(ids, { forced: prefixes.target, maxNewTokens }));
   }
 
   /**
    * Best output ids (without <s> and </s>) of each row of source ids from the search graph,
    * in one run for all rows (right-padded with <pad>, masked): greedy for beams 1, else beam
-   * search ranked by logprob / length ** lengthPenalty, as runtime/graph_search.py ranks.
+   * search ranked by logprob / length ** lengthPenalty, as runtime/graph_search.py ranks;
+   * `beams`, `lengthPenalty`, `maxNewTokens` default to the bundle's generation settings.
    */
-  async searchIds(rows, { beams = 1, lengthPenalty = 1.0, maxNewTokens = null } = {}) {
+  async searchIds(rows, options = {}) {
+    const defaults = this.generation;
+    const { beams = defaults.beams, lengthPenalty = defaults.lengthPenalty } = options;
+    const { maxNewTokens = defaults.maxNewTokens } = options;
     if (!this.searchGraph) {
       throw new BundleError(
         'the bundle was loaded without its search graph; load it with search: "graph"',
@@ -384,9 +338,17 @@ export class Bundle {
    * input order (with int8 graphs the batch can change a near-tied output, so the same
    * batches give the same outputs). An input that `encode` skips gives "" without running.
    */
-  async generateInGraph(texts, { batchSize = 32, ...options } = {}) {
-    if (!Array.isArray(texts)) return (await this.generateInGraph([texts], options))[0];
-    const sources = texts.map((text) => this.encode(text));
+  async generateInGraph(texts, { batchSize = 32, sourceLang, targetLang, ...options } = {}) {
+    const languages = { sourceLang, targetLang };
+    if (!Array.isArray(texts)) {
+      return (await this.generateInGraph([texts], { batchSize, ...languages, ...options }))[0];
+    }
+    if (this.prefixes(languages).target.length) {
+      throw new BundleError(
+        "the one-graph search forces no target language; use generate() for this bundle",
+      );
+    }
+    const sources = texts.map((text) => this.encode(text, { sourceLang }));
     const out = texts.map(() => "");
     for (let start = 0; start < texts.length; start += batchSize) {
       const todo = [];

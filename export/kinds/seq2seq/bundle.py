@@ -38,7 +38,7 @@ from ...bundle import (
     refuse_existing,
     write_json,
 )
-from ...heldout import HeldOut
+from ...heldout import HeldOut, with_languages
 from ...limits import LEVEL3_MIN_INPUTS
 from ...onnx_export import GraphInfo
 from ...options import ExportOptions, Progress
@@ -120,6 +120,7 @@ def write_bundle(
         )
     if options.verify and held is None:
         held = HeldOut(random_sources(model, LEVEL3_MIN_INPUTS), None, "random sources")
+        held = with_languages(held, languages, tokenizers, model)
     model.eval()
     with atomic_directory(out) as tmp:
         manifest = _write_into(

@@ -31,6 +31,7 @@ from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.metrics import score
 from edgeseq.runtime.padding import right_pad
+from edgeseq.runtime.prefix import forced
 from edgeseq.runtime.search import greedy_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
@@ -75,11 +76,13 @@ class Reference:
     scores: dict[str, float] = field(default_factory=dict)
 
     def decode(self, engine: OrtStep) -> list[list[int]]:
-        """Greedy ids of every held-out source, LEVEL3_BATCH at a time."""
+        """Greedy ids of every held-out source, LEVEL3_BATCH at a time, the held-out target
+        prefix (a target language) forced first as generate forces it."""
         out: list[list[int]] = []
+        model = forced(engine, [self.held.target_prefix])
         for start in range(0, len(self.held.sources), LEVEL3_BATCH):
             src = right_pad(self.held.sources[start : start + LEVEL3_BATCH], engine.pad_id)
-            out += greedy_search(engine, src, self.max_new_tokens)
+            out += greedy_search(model, src, self.max_new_tokens)
         return out
 
     def score(self, ids: list[list[int]]) -> dict[str, float]:

@@ -1,0 +1,138 @@
+// A bundle's languages and generation defaults in the browser, as runtime/languages.py and
+// runtime/options.py read them from config.json.
+//
+//   const langs = Languages.fromConfig(config.languages, tokenizer);   // null: no languages
+//   langs.sourcePrefix("fr")     // [id of the source-language token]: before the tokens
+//   langs.targetPrefix("de")     // [id of the target-language token]: forced first
+//   const gen = generationDefaults(config);  // {maxNewTokens, beams, lengthPenalty, notApplied}
+//
+// A code's token is the code (NLLB, mBART-50) or config "token_format" with the code for {}
+// (M2M-100: "__{}__"). A source is `[source language] tokens </s>` when "source_prefix" is
+// true; the target language's token is forced as the first generated token (log-probability
+// 0, counted in the tokens and max new tokens, as runtime/prefix.py forces it). A code the
+// model lacks is refused with the list. Generation settings the browser's searches do not
+// implement (no-repeat n-grams, min new tokens, banned ids, forced </s>, early_stopping
+// other than true, renormalize, and a beam size above 1 for the greedy loop) are named in
+// `notApplied`, never silently followed.
+
+export class LanguageError extends Error {
+  constructor(message) {
+    super(message);
+    this.name = "LanguageError";
+  }
+}
+
+export class Languages {
+  constructor(codes, defaultSource, defaultTarget, sourcePrefixed) {
+    this.codes = codes;
+    this.defaultSource = defaultSource;
+    this.defaultTarget = defaultTarget;
+    this.sourcePrefixed = sourcePrefixed;
+  }
+
+  /** config.json's "languages" object checked against `tokenizer` (null when absent). */
+  static fromConfig(data, tokenizer) {
+    if (data === undefined || data === null) return null;
+    const codes = data.codes;
+    if (typeof codes !== "object" || codes === null || !Object.keys(codes).length) {
+      throw new LanguageError('config.json "languages" has no "codes" object; re-export');
+    }
+    const spelling = data.token_format ?? "{}";
+    if (typeof spelling !== "string" || spelling.split("{}").length !== 2) {
+      throw new LanguageError('config.json "languages": "token_format" must contain one {}');
+    }
+    for (const [code, id] of Object.entries(codes)) {
+      const token = spelling.replace("{}", code);
+      if (!Number.isInteger(id) || tokenizer.idToToken(id) !== token) {
+        throw new LanguageError(
+          `config.json "languages": '${token}' is not the tokenizer's token ${id}`,
+        );
+      }
+    }
+    const langs = new Languages(
+      codes,
+      data.default_source ?? null,
+      data.default_target ?? null,
+      Boolean(data.source_prefix),
+    );
+    for (const [role, code] of [
+      ["default_source", langs.defaultSource],
+      ["default_target", langs.defaultTarget],
+    ]) {
+      if (code !== null && !(code in codes)) {
+        throw new LanguageError(`config.json "languages": ${role} '${code}' is not a code`);
+      }
+    }
+    return langs;
+  }
+
+  /** Refuse a code the model lacks (null/undefined: the default), naming the model's codes. */
+  check(code, role) {
+    if (code !== null && code !== undefined && !Object.hasOwn(this.codes, code)) {
+      throw new LanguageError(
+        `${role} language '${code}' is not one of this model's: ` +
+          Object.keys(this.codes).join(", "),
+      );
+    }
+  }
+
+  /** The ids before a source's tokens: the source language's token (or none). */
+  sourcePrefix(code) {
+    this.check(code, "source");
+    const chosen = code ?? this.defaultSource;
+    return this.sourcePrefixed && chosen ? [this.codes[chosen]] : [];
+  }
+
+  /** The ids forced as the first generated tokens: the target language's token (or none). */
+  targetPrefix(code) {
+    this.check(code, "target");
+    const chosen = code ?? this.defaultTarget;
+    return chosen ? [this.codes[chosen]] : [];
+  }
+}
+
+/** Refuse a language option for a bundle without languages, as runtime/languages.py does. */
+export function noLanguages({ sourceLang, targetLang } = {}) {
+  const named = [
+    ["sourceLang", sourceLang],
+    ["targetLang", targetLang],
+  ].filter(([, value]) => value !== undefined && value !== null);
+  if (named.length) {
+    const names = named.map(([name]) => name).join(" and ");
+    throw new LanguageError(`this model has no language list: drop ${names}`);
+  }
+}
+
+// runtime/options.py BUILTIN_DEFAULTS of the settings the browser does not implement.
+const NOT_IMPLEMENTED = {
+  early_stopping: true,
+  no_repeat_ngram_size: 0,
+  min_new_tokens: 0,
+  bad_words_ids: [],
+  forced_eos: false,
+  renormalize: false,
+};
+
+/**
+ * The bundle's generation defaults (config.json "generation", docs/generation.md) the
+ * browser applies: maxNewTokens (null: max_len), beams and lengthPenalty (the search graph's
+ * defaults), and `notApplied`: "key=value" of each recorded setting it does not implement.
+ */
+export function generationDefaults(config) {
+  const gen = config.generation ?? {};
+  const notApplied = [];
+  for (const [key, builtin] of Object.entries(NOT_IMPLEMENTED)) {
+    if (key in gen && JSON.stringify(gen[key]) !== JSON.stringify(builtin)) {
+      notApplied.push(`${key}=${JSON.stringify(gen[key])}`);
+    }
+  }
+  if ((gen.beam_size ?? 1) > 1) {
+    notApplied.push(`beam_size=${gen.beam_size} in generate() (greedy; generateInGraph applies it)`);
+  }
+  return {
+    maxNewTokens: gen.max_new_tokens ?? null,
+    beams: gen.beam_size ?? 1,
+    lengthPenalty: gen.length_penalty ?? 1.0,
+    notApplied,
+  };
+}
