@@ -3,9 +3,10 @@ what the page shows (tests/test_opus_mt_page.py, tests/test_doc_pages.py).
 
 A page's steps, in page order:
 
-- each `$ command` line of a ```bash / ```sh / ```console block, the lines under it (up to the
-  next `$ `) being the output the page shows (`...` in a line stands for any text; timing
-  values such as `[ 12.3s]`, `4.1 s` or `9 ms` are compared as numbers of any value);
+- each `$ command` line of a ```bash / ```sh / ```console or plain ``` block, the lines
+  under it (up to the next `$ `) being the output the page shows (`...` in a line stands
+  for any text; timing values such as `[ 12.3s]`, `4.1 s` or `9 ms` are compared as numbers
+  of any value);
 - each ```python block, run with `python` in the working directory, compared with the
   ```text block that follows it, if any.
 
@@ -15,7 +16,8 @@ Markers the runner recognises, written on the page for the reader too:
   python block whose first line says it, is skipped;
 - a command ending in ` &` (a server) starts in the background; it is stopped (SIGINT, as
   Ctrl-C) after the page's last step, and its output is compared then;
-- a command whose shown output has an `error: ` line must exit 1; every other must exit 0.
+- a command whose shown output has an `error: ` line must exit 1; every other must exit 0;
+- a command ending in a here-document (`<<'EOF'`) takes the lines up to its terminator.
 
 Output is compared against stdout followed by stderr (warnings come after the outputs).
 """
@@ -30,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from test_readme import SHELL_FENCES, run, shows, strip_comment
+
+FENCES = {*SHELL_FENCES, ""}  # a plain ``` block of `$ ` lines is a shell session too
 
 NOT_RUN = "# not run here"
 TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b")
@@ -50,8 +54,12 @@ class Step:
 def page_steps(name: str, text: str) -> list[Step]:
     """The steps of one Markdown page (see the module docstring), in page order."""
     steps: list[Step] = []
-    fence, body, start = None, [], 0
+    fence, body, start, heredoc = None, [], 0, None
     for number, line in enumerate(text.splitlines(), 1):
+        if heredoc is not None:  # the body of a `<<'EOF'` command: part of the command
+            steps[-1].text += "\n" + line
+            heredoc = None if line == heredoc else heredoc
+            continue
         if fence is None:
             if match := re.match(r"```(\w*)\s*$", line):
                 fence, body, start = match.group(1), [], number
@@ -63,14 +71,16 @@ def page_steps(name: str, text: str) -> list[Step]:
             elif fence == "text" and steps and steps[-1].kind == "python":
                 steps[-1].output = body
             fence = None
-        elif fence in SHELL_FENCES and line.startswith("$ "):
+        elif fence in FENCES and line.startswith("$ "):
             command = strip_comment(line[2:])
             background = command.endswith(" &")
             command = command.removesuffix(" &").strip() if background else command
             steps.append(
                 Step(f"{name}:{number}", "shell", command, [], NOT_RUN in line, background)
             )
-        elif fence in SHELL_FENCES and steps and steps[-1].kind == "shell":
+            if match := re.search(r"<<-?'?(\w+)'?\s*$", command):
+                heredoc = match.group(1)
+        elif fence in FENCES and steps and steps[-1].kind == "shell":
             steps[-1].output.append(line)
         else:
             body.append(line)
