@@ -5,8 +5,8 @@ A page's steps, in page order:
 
 - each `$ command` line of a ```bash / ```sh / ```console or plain ``` block, the lines
   under it (up to the next `$ `) being the output the page shows (`...` in a line stands
-  for any text; timing values such as `[ 12.3s]`, `4.1 s` or `9 ms` are compared as numbers
-  of any value);
+  for any text; timing values such as `[ 12.3s]`, `4.1 s` or `9 ms`, and differences such as
+  `2.7e-06`, are compared as numbers of any value);
 - each ```python block, run with `python` in the working directory, compared with the
   ```text block that follows it, if any.
 
@@ -36,7 +36,9 @@ from test_readme import SHELL_FENCES, run, shows, strip_comment
 FENCES = {*SHELL_FENCES, ""}  # a plain ``` block of `$ ` lines is a shell session too
 
 NOT_RUN = "# not run here"
-TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b")
+# Timing values, and measured differences in scientific notation (parity's max|Δ|, which vary
+# with the thread count): compared as any value. The verdict beside each (`ok`) is compared.
+TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b|\b\d\.\de[+-]\d\d\b")
 
 
 @dataclass

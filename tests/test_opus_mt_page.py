@@ -35,10 +35,11 @@ def test_the_page_has_the_steps_a_user_needs() -> None:
 
 def test_the_comparison_finds_wrong_outputs_and_exit_codes() -> None:
     """A guard for the runner: timing values are ignored, nothing else is."""
-    step = Step("p.md:1", "shell", "x", ["[  1.5s] wrote b (2.0 s)", "...", "ok"])
-    assert mismatch(step, 0, "[ 12.0s] wrote b (0.1 s)\nmore\nok\n", "") is None
-    assert mismatch(step, 0, "[ 12.0s] wrote c (0.1 s)\nok\n", "") is not None
-    assert mismatch(step, 1, "[ 1.0s] wrote b (1 s)\nok\n", "") is not None
+    step = Step("p.md:1", "shell", "x", ["[  1.5s] wrote b (2.0 s)", "...", "ok 2.7e-06"])
+    assert mismatch(step, 0, "[ 12.0s] wrote b (0.1 s)\nmore\nok 3.1e-06\n", "") is None
+    assert mismatch(step, 0, "[ 12.0s] wrote b (0.1 s)\nmore\nfailed 3.1e-06\n", "") is not None
+    assert mismatch(step, 0, "[ 12.0s] wrote c (0.1 s)\nok 1.0e-06\n", "") is not None
+    assert mismatch(step, 1, "[ 1.0s] wrote b (1 s)\nok 1.0e-06\n", "") is not None
     failing = Step("p.md:2", "shell", "x", ["error: no such file"])
     assert mismatch(failing, 1, "", "error: no such file\n") is None
     assert mismatch(failing, 0, "", "error: no such file\n") is not None
