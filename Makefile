@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus"
 
 # The reference pages' commands run in page order, outputs compared (tests/test_doc_pages.py:
-# docs/import.md's two tiny imports, exported, generated, verified; a few minutes).
+# docs/import.md's two tiny imports, exported, generated, verified; about 12 min on 2 cores).
 test-docs: $(STAMP)
 	EDGESEQ_DOCS_RUN=1 $(BIN)/python -m pytest -q -m docs tests/test_doc_pages.py
 

@@ -11,8 +11,9 @@ Not run: what the page marks `# not run here`, and SKIP's commands, each with it
 docs/export.md, docs/runtime.md and docs/serve.md are not run yet: their outputs come from a
 trained `reverse` model and an exported g2p-en bundle, minutes of training and export each.
 
-These take minutes (two exports of 40-70 s, a benchmark): marked `docs` and run only with
-EDGESEQ_DOCS_RUN=1 (`make test-docs`), not in `make test`. The guard tests run everywhere.
+import.md takes about 12 minutes on 2 busy cores (three exports and two verifications, each
+with the source model's own parity group; a benchmark): marked `docs` and run only with
+EDGESEQ_DOCS_RUN=1 (`make test-docs`), not in `make test`. The guard test runs everywhere.
 """
 
 from __future__ import annotations
