@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-ray lint format clean node-example edge builtin-model wheel bench-marian docker-check
+.PHONY: demo test test-docs test-ray lint format clean node-example edge builtin-model wheel bench-marian docker-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -25,6 +25,11 @@ test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus"
+
+# The reference pages' commands run in page order, outputs compared (tests/test_doc_pages.py:
+# docs/import.md's two tiny imports, exported, generated, verified; about 12 min on 2 cores).
+test-docs: $(STAMP)
+	EDGESEQ_DOCS_RUN=1 $(BIN)/python -m pytest -q -m docs tests/test_doc_pages.py
 
 # The Ray Serve tests (tests/test_serve_ray*.py, the Ray part of tests/test_serve_auth.py):
 # ray is a large install, and each of their three local clusters takes 30-60 s to start;
