@@ -20,7 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from import_cases import _export
+from import_cases import export_with_data
 
 FAMILY_VARIANTS = "fp32,int8,fp16,ort,search"
 # Models with a language list force the target language, which the search graph cannot
@@ -76,4 +76,4 @@ def export_family(name: str, root: Path) -> dict[str, Any]:
     data = root / "data.tsv"
     data.write_text("\n".join(family_rows()) + "\n", encoding="utf-8")
     variants = FAMILY_VARIANTS.removesuffix(",search") if name in LANGUAGE_FAMILIES else None
-    return _export(source, data, root / "bundle", variants or FAMILY_VARIANTS)
+    return export_with_data(source, data, root / "bundle", variants or FAMILY_VARIANTS)

@@ -75,6 +75,9 @@ SLOW = {
     ),
     "edgeseq bench bundles/g2p-en --checkpoint models/g2p-en --inputs 64 --repeats 3 "
     "--rounds 3 --threads 1": "3 rounds of PyTorch and onnxruntime",
+    "make test-families": (
+        "builds and exports four d_model-512 6+6-layer models with parity (~20 min on 2 cores)"
+    ),
     "make bench-marian": (
         "builds an opus-mt-sized Marian and Optimum's venv, exports, 3 passes of 6 engines"
     ),
