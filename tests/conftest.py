@@ -342,33 +342,21 @@ def in_place_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPat
 
 # -- issue 45's families (tests/family_cases.py): one copy-trained checkpoint each, exported
 # once with every variant it has, gated on its --data TSV: {"source", "data", "bundle", "output"}
-def _family_import(name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    pytest.importorskip("transformers", reason="the hf extra is not installed")
-    pytest.importorskip("sentencepiece", reason="the hf extra is not installed")
-    from family_cases import export_family
+def _family_import(fixture: str, family: str) -> Any:
+    """A session fixture called `fixture` exporting family_cases' `family`."""
 
-    return export_family(name, tmp_path_factory.mktemp(f"{name}-import"))
+    @pytest.fixture(scope="session", name=fixture)
+    def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+        pytest.importorskip("transformers", reason="the hf extra is not installed")
+        pytest.importorskip("sentencepiece", reason="the hf extra is not installed")
+        from family_cases import export_family
 
+        return export_family(family, tmp_path_factory.mktemp(f"{family}-import"))
 
-@pytest.fixture(scope="session")
-def m2m_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The NLLB-layout M2M-100 (target language forced; no search graph)."""
-    return _family_import("m2m_100", tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def mbart50_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """mBART-50 (target language forced; no search graph)."""
-    return _family_import("mbart-50", tmp_path_factory)
+    return imported
 
 
-@pytest.fixture(scope="session")
-def bart_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """BART (byte-level BPE, post-norm), with the search graph."""
-    return _family_import("bart", tmp_path_factory)
-
-
-@pytest.fixture(scope="session")
-def t5_import(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """T5 v1.1 / Flan-T5 layout (relative position buckets), with the search graph."""
-    return _family_import("t5", tmp_path_factory)
+m2m_import = _family_import("m2m_import", "m2m_100")  # NLLB layout, target language forced
+mbart50_import = _family_import("mbart50_import", "mbart-50")  # target language forced
+bart_import = _family_import("bart_import", "bart")  # byte-level BPE, post-norm
+t5_import = _family_import("t5_import", "t5")  # v1.1 / Flan-T5: relative position buckets
