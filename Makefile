@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-docs test-ray lint format clean node-example edge builtin-model wheel bench-marian docker-check
+.PHONY: demo test test-docs test-ray test-families lint format clean node-example edge builtin-model wheel bench-marian docker-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,7 +24,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus"
+	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus and not families and not docs"
 
 # The reference pages' commands run in page order, outputs compared (tests/test_doc_pages.py:
 # docs/import.md's two tiny imports, exported, generated, verified; about 12 min on 2 cores).
@@ -37,6 +37,13 @@ test-docs: $(STAMP)
 test-ray: $(STAMP)
 	$(BIN)/pip install -q -e ".[ray]"
 	$(BIN)/python -m pytest -q -m ray
+
+# Each Hugging Face family (m2m_100 / NLLB, mBART-50, BART, T5 v1.1) built at a realistic shape
+# (d_model 512, 6 + 6 layers, 32,768 vocabulary rows, random weights) and exported by the default
+# command, its three parity levels against the source model printed and checked
+# (tests/test_families_realistic.py). Not part of `test`: about 20 min on 2 cores.
+test-families: $(STAMP)
+	$(BIN)/python -m pytest -q -s -m families tests/test_families_realistic.py
 
 # Edge targets (docs/edge.md): the bundle (two-graph loop and one-graph search variant, fp32
 # and int8) on emulated ARM64 and in headless Chromium, compared with x86 output. Not part of

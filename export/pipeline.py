@@ -21,7 +21,7 @@ from typing import Any
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import check_writable
 from edgeseq.runtime.bundle import load_bundle
-from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.errors import BundleError, OptionsError
 
 from .bundle import refuse_existing
 from .kinds import kind_module
@@ -81,8 +81,22 @@ def export_source(
 ) -> dict[str, Any]:
     """Export a loaded `source` to a bundle at `out` with its kind's module (export/kinds/):
     the steps after the adapter, which never ask where the model came from."""
+    options = options or ExportOptions()
+    refuse_search_with_languages(source, options)
     kind = kind_module(source.model.cfg.architecture)
-    return kind.export(source, out, options or ExportOptions())
+    return kind.export(source, out, options)
+
+
+def refuse_search_with_languages(source: SourceModel, options: ExportOptions) -> None:
+    """OptionsError when `options` ask for the one-graph search variant of a model with a
+    language list (m2m_100 / NLLB, mBART-50): every output starts with a forced target language,
+    which only the Python loop forces (runtime/graph_search.py), so the graph would never run."""
+    if source.languages is not None and "search" in options.variants.names:
+        raise OptionsError(
+            f"--variants search: {source.adapter} models start every output with a forced target "
+            "language, which the one-graph search cannot force; leave search out of --variants "
+            "(generate runs the Python loop)"
+        )
 
 
 def verify_bundle(

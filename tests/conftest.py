@@ -338,3 +338,25 @@ def in_place_bundle(runtime_model: RuntimeCase, tmp_path_factory: pytest.TempPat
     (`export_runtime_variants`)."""
     bundle = tmp_path_factory.mktemp("inplace") / "reverse-inplace"
     return export_runtime_variants(runtime_model, bundle, ("fp32", "int8", "inplace"))
+
+
+# -- issue 45's families (tests/family_cases.py): one copy-trained checkpoint each, exported
+# once with every variant it has, gated on its --data TSV: {"source", "data", "bundle", "output"}
+def _family_import(fixture: str, family: str) -> Any:
+    """A session fixture called `fixture` exporting family_cases' `family`."""
+
+    @pytest.fixture(scope="session", name=fixture)
+    def imported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+        pytest.importorskip("transformers", reason="the hf extra is not installed")
+        pytest.importorskip("sentencepiece", reason="the hf extra is not installed")
+        from family_cases import export_family
+
+        return export_family(family, tmp_path_factory.mktemp(f"{family}-import"))
+
+    return imported
+
+
+m2m_import = _family_import("m2m_import", "m2m_100")  # NLLB layout, target language forced
+mbart50_import = _family_import("mbart50_import", "mbart-50")  # target language forced
+bart_import = _family_import("bart_import", "bart")  # byte-level BPE, post-norm
+t5_import = _family_import("t5_import", "t5")  # v1.1 / Flan-T5: relative position buckets

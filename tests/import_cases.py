@@ -52,7 +52,7 @@ def export_marian(root: Path) -> dict[str, Any]:
     source = build_marian_dir(root / "opus-mt-tiny", copy_steps=150, generation=neutral)
     data = root / "data.tsv"
     data.write_text("\n".join(marian_rows()) + "\n", encoding="utf-8")
-    return _export(source, data, root / "bundle", MARIAN_VARIANTS)
+    return export_with_data(source, data, root / "bundle", MARIAN_VARIANTS)
 
 
 def export_torch(root: Path) -> dict[str, Any]:
@@ -67,10 +67,10 @@ def export_torch(root: Path) -> dict[str, Any]:
     (source / "torch_source.json").write_text(json.dumps(mapping), encoding="utf-8")
     data = root / "data.txt"
     data.write_text("\n".join(TORCH_DATA) + "\n", encoding="utf-8")
-    return _export(source, data, root / "bundle", "fp32,int8,search")
+    return export_with_data(source, data, root / "bundle", "fp32,int8,search")
 
 
-def _export(source: Path, data: Path, bundle: Path, variants: str) -> dict[str, Any]:
+def export_with_data(source: Path, data: Path, bundle: Path, variants: str) -> dict[str, Any]:
     """`edgeseq export SOURCE --out BUNDLE --data DATA --variants VARIANTS`, in process."""
     from click.testing import CliRunner
 

@@ -64,9 +64,7 @@ SLOW = {
         "exports the shipped 7+7-layer model with its parity levels and int8 gate"
     ),
     "edgeseq generate bundles/g2p-en --provider cpu hello world quokkaesque": "needs the export",
-    "echo pronunciation | edgeseq generate bundles/g2p-en --provider cpu --variant int8": (
-        "needs the export"
-    ),
+    "echo pronunciation | edgeseq generate bundles/g2p-en --provider cpu --variant int8": "export",
     "edgeseq inspect bundles/g2p-en": "needs the export",
     "edgeseq evaluate models/g2p-en --split test --threads 2": "6,456 words through PyTorch",
     "edgeseq evaluate models/g2p-en --split test --threads 2 --beam 4": "the same, beam 4",
@@ -75,6 +73,7 @@ SLOW = {
     ),
     "edgeseq bench bundles/g2p-en --checkpoint models/g2p-en --inputs 64 --repeats 3 "
     "--rounds 3 --threads 1": "3 rounds of PyTorch and onnxruntime",
+    "make test-families": "builds and exports four d_model-512, 6+6-layer models (~20 min)",
     "make bench-marian": (
         "builds an opus-mt-sized Marian and Optimum's venv, exports, 3 passes of 6 engines"
     ),

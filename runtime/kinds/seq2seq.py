@@ -211,10 +211,15 @@ class Seq2SeqGenerator(Generator):
         if open_search is not None:
             graph = Lazy(lambda: GraphSearch(open_search(), bundle.config))
         elif search == "graph":
+            fix = (
+                f"export it with {SEARCH.export_hint(variant)}, or choose"
+                if bundle.languages is None
+                else "a model with a language list has none (it cannot force the target "
+                "language): choose"
+            )
             raise BundleError(
-                f"{bundle.path} has no one-graph search variant for {variant!r}; export "
-                f"it with {SEARCH.export_hint(variant)}, or choose search 'auto' or 'loop' "
-                "(--search auto|loop)"
+                f"{bundle.path} has no one-graph search variant for {variant!r}; {fix} "
+                "search 'auto' or 'loop' (--search auto|loop)"
             )
         if search == "graph" and graph is not None:
             graph.get()  # insisted on: a graph that cannot run is refused at load
