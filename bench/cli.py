@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -29,7 +30,7 @@ from edgeseq.runtime.providers import OPTIMIZATION_LEVELS, PROVIDER_CHOICES
 from .compare import run_benchmark
 from .one_graph import bench_one_graph, one_graph_markdown
 from .report import markdown_report, plot_report
-from .sources import benchmark_sources
+from .sources import benchmark_sources, target_prefix
 from .timing import BenchSpec
 
 
@@ -103,7 +104,8 @@ def bench(
     sources, described, warning = benchmark_sources(loaded, count, input_file, seed)
     if warning:
         click.echo(f"warning: {warning}", err=True)
-    spec = BenchSpec(sources, sizes, repeats, threads, max_new_tokens, beam).check()
+    spec = BenchSpec(sources, sizes, repeats, threads, max_new_tokens, beam)
+    spec = replace(spec, target_prefix=target_prefix(loaded)).check()
     spec.options(max(sizes))  # raise OptionsError now for impossible search options
     if loaded.architecture != "encoder-decoder":
         if plot_path is not None:

@@ -120,7 +120,10 @@ def run_benchmark(
     for variant in variants or sorted(bundle.variants, key=lambda v: (v != "fp32", v)):
         extra = dict(bundle=str(bundle.path), variant=variant, provider=provider)
         jobs[f"ort:{variant}"] = (ORT_WORKER, extra | {"optimization": optimization})
-    jobs |= graph_jobs(bundle, variants, provider, optimization)  # one-graph search variant
+    if spec.target_prefix:  # the one-graph search variant forces no target language
+        say("the search graph is not timed: it cannot force the target language")
+    else:
+        jobs |= graph_jobs(bundle, variants, provider, optimization)
     results: list[dict[str, Engine]] = []
     skipped: dict[str, str] = {}
     for round_index in range(rounds):

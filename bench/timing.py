@@ -41,6 +41,7 @@ import numpy as np
 
 from edgeseq.runtime.errors import EdgeseqError, OptionsError
 from edgeseq.runtime.padding import right_pad
+from edgeseq.runtime.prefix import forced
 from edgeseq.runtime.search import GenerationOptions, search
 from edgeseq.runtime.step import StepModel, StepState
 
@@ -60,6 +61,7 @@ class BenchSpec:
     max_new_tokens: int | None = None  # None: up to the model's max_len
     beam_size: int = 1  # 1: greedy
     warmup: bool = True  # one untimed pass per batch size first
+    target_prefix: tuple[int, ...] = ()  # ids forced first in every row (a target language)
     extra: dict[str, Any] = field(default_factory=dict)  # engine-specific (bundle, variant, ...)
 
     def problems(self) -> list[str]:
@@ -98,6 +100,7 @@ class BenchSpec:
         """Read a spec written by `save`."""
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         data["batch_sizes"] = tuple(data["batch_sizes"])
+        data["target_prefix"] = tuple(data.get("target_prefix", ()))
         return cls(**data)
 
 
@@ -148,8 +151,9 @@ def _pass(model: CountingStep, src_batches: list[np.ndarray], options: Generatio
 
 def time_search(model: StepModel, spec: BenchSpec) -> dict[str, dict[str, Any]]:
     """Time `spec`'s search over `spec.sources` per batch size (see the module docstring);
-    the garbage collector is off during timed passes."""
-    counting = CountingStep(model)
+    the garbage collector is off during timed passes; `spec.target_prefix` is forced first in
+    every row, as `edgeseq generate` forces a multilingual bundle's target language."""
+    counting = CountingStep(forced(model, [spec.target_prefix]))
     out = {}
     for batch_size in spec.batch_sizes:
         options = spec.options(batch_size)
