@@ -272,6 +272,12 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     "--target-lang", default=None, help="Target language code of a multilingual model's list."
 )
 @click.option("--source-lang", default=None, help="Source language code (default: the model's).")
+@click.option(
+    "--target-prefix",
+    default=None,
+    help="Text every output starts with (forced after the target language; it counts in "
+    "--max-new-tokens and is part of the output).",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
 @click.option(
     "--truncate", is_flag=True, help="Cut over-long inputs to max_len instead of failing."
@@ -306,6 +312,7 @@ def generate(
     search_mode: str,
     target_lang: str | None,
     source_lang: str | None,
+    target_prefix: str | None,
     as_json: bool,
     truncate: bool,
     stream: bool,
@@ -346,6 +353,7 @@ def generate(
         truncate=truncate,
         source_lang=source_lang,
         target_lang=target_lang,
+        target_prefix=target_prefix,
     )
     generator = Generator.load(
         bundle, providers=provider, threads=threads, variant=variant, search=search_mode

@@ -43,7 +43,7 @@ from .graph_search import (
     unsupported_reason,
 )
 from .kinds import generator_class
-from .languages import no_languages
+from .languages import forced_target_ids, no_languages
 from .lazy import Lazy
 from .padding import right_pad
 from .prefix import forced
@@ -257,16 +257,27 @@ class Generator:
             no_languages(options)
         else:
             options = self.bundle.languages.resolve(options)
-        if options.split_sentences and self.config.architecture != "encoder-decoder":
-            raise OptionsError("split_sentences applies to encoder-decoder bundles only")
-        return options.filled(self.bundle.generation)
+        for name in ("split_sentences", "target_prefix"):
+            if getattr(options, name) and self.config.architecture != "encoder-decoder":
+                raise OptionsError(f"{name} applies to encoder-decoder bundles only")
+        options = options.filled(self.bundle.generation)
+        forced_ids, budget = len(self.target_prefix(options)), options.max_new_tokens
+        budget = self.config.max_len if budget is None else min(budget, self.config.max_len)
+        if forced_ids >= budget:
+            raise OptionsError(
+                f"the forced target prefix takes {forced_ids} of the {budget} tokens an "
+                "output may have: raise max_new_tokens or shorten target_prefix"
+            )
+        return options
+
+    def target_prefix(self, options: GenerationOptions) -> list[int]:
+        """The ids forced as the first generated tokens for resolved `options`."""
+        return forced_target_ids(self.bundle.languages, self.tokenizers.target, options)
 
     def search_model(self, options: GenerationOptions) -> StepModel:
-        """The loop's step model for resolved `options`, forcing the target language."""
-        model = self.loop_model(options)
-        if self.bundle.languages is None:
-            return model
-        return forced(model, [self.bundle.languages.target_prefix(options.target_lang)])
+        """The loop's step model for resolved `options`, forcing the target language and
+        prefix (`target_prefix`)."""
+        return forced(self.loop_model(options), [self.target_prefix(options)])
 
     def _padded(self, sources: Sequence[Source]) -> np.ndarray:
         """Right-padded int64 (B, S_max) of sources' ids."""

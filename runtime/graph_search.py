@@ -72,8 +72,8 @@ def unsupported_reason(options: GenerationOptions) -> str | None:
     """Why the one-graph variant cannot run `options`, or None when it can."""
     if options.sample:
         return "sampling runs on the Python loop (onnxruntime's Sampling refuses encoder-decoders)"
-    if options.target_lang:
-        return "a target language is forced on the Python loop (runtime/prefix.py)"
+    if options.target_lang or options.target_prefix:
+        return "a target language or prefix is forced on the Python loop (runtime/prefix.py)"
     if options.has_rules:
         return "token rules (bans, forced </s>) run on the Python loop (runtime/rules.py)"
     if options.method == "beam" and options.early_stopping is not True:

@@ -98,3 +98,21 @@ def no_languages(options: GenerationOptions) -> None:
     if named:
         flags = " and ".join(f"--{n.replace('_lang', '')}-lang ({n})" for n in named)
         raise OptionsError(f"this model has no language list: drop {flags}")
+
+
+def forced_target_ids(
+    languages: Languages | None, tokenizer: Tokenizer, options: GenerationOptions
+) -> list[int]:
+    """The ids forced as the first generated tokens: the target language's token (a model
+    with a language list), then `options.target_prefix` encoded by the target `tokenizer`;
+    OptionsError when that text has symbols the vocabulary lacks."""
+    ids = list(languages.target_prefix(options.target_lang)) if languages else []
+    if options.target_prefix:
+        encoded = tokenizer.encode(options.target_prefix)
+        if tokenizer.unk_id in encoded:
+            raise OptionsError(
+                f"target_prefix {options.target_prefix!r} has symbols the model's target "
+                "vocabulary lacks (they would be forced as <unk>): rewrite it in its symbols"
+            )
+        ids += encoded
+    return ids

@@ -72,6 +72,8 @@ class GenerationOptions:
     truncate: bool = False  # cut over-long sources to max_len instead of raising
     source_lang: str | None = None  # a multilingual model's code (runtime/languages.py)
     target_lang: str | None = None  # its code forced as the first token (runtime/prefix.py)
+    # text every output starts with: its target-tokenizer ids forced after the target language
+    target_prefix: str | None = None
     split_sentences: bool = False  # generate each sentence of an input, joined (sentences.py)
 
     def __post_init__(self) -> None:
@@ -123,6 +125,12 @@ class GenerationOptions:
         for name, value in (("source_lang", self.source_lang), ("target_lang", self.target_lang)):
             if value is not None and (not isinstance(value, str) or not value):
                 out.append(f"{name} must be a language code (a string), got {value!r}")
+        if self.target_prefix is not None and (
+            not isinstance(self.target_prefix, str) or not self.target_prefix.strip()
+        ):
+            out.append(f"target_prefix must be a non-empty text, got {self.target_prefix!r}")
+        if self.split_sentences and self.target_prefix:
+            out.append("target_prefix starts a whole output: leave out split_sentences")
         if self.sample and beam is not None and beam > 1:
             out.append("sampling and beam search exclude each other: use sample or beam_size > 1")
         if self.split_sentences and self.n_best != 1:

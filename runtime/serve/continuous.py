@@ -352,7 +352,9 @@ class SplitBatcher:
         together cannot take `len(texts)` more inputs."""
         # the step batcher runs one decoder prefix for every row (no language options), no
         # token rules (runtime/rules.py) and whole inputs
-        plain = options.method == "greedy" and not (options.source_lang or options.target_lang)
+        plain = options.method == "greedy" and not (
+            options.source_lang or options.target_lang or options.target_prefix
+        )
         plain = plain and not (options.has_rules or options.split_sentences)
         target = self.steps if plain else self.requests
         return target.submit(texts, options, timeout_s, tokens)
