@@ -17,28 +17,22 @@ import numpy as np
 from edgeseq.runtime.bundle import Bundle
 from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.errors import EdgeseqError, OptionsError
-
-
-def source_prefix(bundle: Bundle) -> list[int]:
-    """The ids `edgeseq generate` puts before a source's tokens with the bundle's defaults:
-    `<s>` when config.source_bos (BART), then the default source language's token (NLLB,
-    mBART-50)."""
-    bos = [bundle.config.bos_id] if bundle.config.source_bos else []
-    languages = bundle.languages
-    return bos + (languages.source_prefix_ids(None) if languages is not None else [])
+from edgeseq.runtime.languages import forced_target_ids, source_start
+from edgeseq.runtime.search import GenerationOptions
 
 
 def target_prefix(bundle: Bundle) -> tuple[int, ...]:
-    """The ids `edgeseq generate` forces first with the bundle's defaults: the default target
-    language's token of a multilingual bundle, else none."""
-    languages = bundle.languages
-    return languages.target_prefix(None) if languages is not None else ()
+    """The ids `edgeseq generate` forces first with the bundle's defaults (a multilingual
+    bundle's default target language), else none."""
+    defaults = GenerationOptions()
+    return tuple(forced_target_ids(bundle.languages, bundle.tokenizers.target, defaults))
 
 
 def encode_texts(bundle: Bundle, texts: list[str]) -> list[list[int]]:
-    """Source ids of `texts` as `edgeseq generate` encodes them (`source_prefix`, the tokens,
+    """Source ids of `texts` as `edgeseq generate` encodes them (`source_start`, the tokens,
     `</s>`), the tokens cut to fit max_len."""
-    cfg, tokenizer, prefix = bundle.config, bundle.tokenizers.source, source_prefix(bundle)
+    cfg, tokenizer = bundle.config, bundle.tokenizers.source
+    prefix = source_start(cfg, bundle.languages)
     room = cfg.max_len - 1 - len(prefix)
     return [[*prefix, *tokenizer.encode(t)[:room], cfg.eos_id] for t in texts]
 
@@ -59,9 +53,10 @@ def task_texts(task: dict[str, Any] | None, count: int) -> tuple[list[str], str]
 
 
 def random_sources(bundle: Bundle, count: int, seed: int = 0) -> list[list[int]]:
-    """`count` random sources: `source_prefix`, non-special ids (2..min(16, max_len - 1)
+    """`count` random sources: `source_start`, non-special ids (2..min(16, max_len - 1)
     tokens), then `</s>`."""
-    cfg, rng, prefix = bundle.config, np.random.default_rng(seed), source_prefix(bundle)
+    cfg, rng = bundle.config, np.random.default_rng(seed)
+    prefix = source_start(cfg, bundle.languages)
     lengths = rng.integers(2, max(3, min(16, cfg.max_len - 1 - len(prefix)) + 1), size=count)
     first = len(SPECIAL_TOKENS)
     return [

@@ -43,7 +43,7 @@ from .graph_search import (
     unsupported_reason,
 )
 from .kinds import generator_class
-from .languages import forced_target_ids, no_languages
+from .languages import forced_target_ids, no_languages, source_start
 from .lazy import Lazy
 from .padding import right_pad
 from .prefix import forced
@@ -240,12 +240,9 @@ class Generator:
     def _source_prefix(self, source_lang: str | None) -> list[int]:
         """The ids before a source's tokens: `<s>` when config.source_bos (BART), then the
         source language's token for a multilingual model."""
-        bos = [self.config.bos_id] if self.config.source_bos else []
-        languages = self.bundle.languages
-        if languages is None:
+        if self.bundle.languages is None:
             no_languages(GenerationOptions(source_lang=source_lang))
-            return bos
-        return bos + languages.source_prefix_ids(source_lang)
+        return source_start(self.config, self.bundle.languages, source_lang)
 
     def resolve(self, options: GenerationOptions) -> GenerationOptions:
         """`options` with the model's default languages filled in, and every unset field

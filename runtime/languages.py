@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .config import ModelConfig
 from .errors import BundleError, OptionsError
 from .search import GenerationOptions
 from .tokenizer import Tokenizer
@@ -98,6 +99,15 @@ def no_languages(options: GenerationOptions) -> None:
     if named:
         flags = " and ".join(f"--{n.replace('_lang', '')}-lang ({n})" for n in named)
         raise OptionsError(f"this model has no language list: drop {flags}")
+
+
+def source_start(
+    config: ModelConfig, languages: Languages | None, code: str | None = None
+) -> list[int]:
+    """The ids before a source's tokens: `<s>` when config.source_bos (BART), then the
+    source language's token of a model with a language list (`code`, else its default)."""
+    bos = [config.bos_id] if config.source_bos else []
+    return bos + (languages.source_prefix_ids(code) if languages is not None else [])
 
 
 def forced_target_ids(
