@@ -41,7 +41,7 @@ test-ray: $(STAMP)
 # Each Hugging Face family (m2m_100 / NLLB, mBART-50, BART, T5 v1.1) built at a realistic shape
 # (d_model 512, 6 + 6 layers, 32,768 vocabulary rows, random weights) and exported by the default
 # command, its three parity levels against the source model printed and checked
-# (tests/test_families_realistic.py). Not part of `test`: about 20 min on 2 cores.
+# (tests/test_families_realistic.py). Not part of `test`: 5-6 min per family on 2 cores.
 test-families: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families tests/test_families_realistic.py
 

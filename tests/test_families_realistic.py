@@ -3,7 +3,7 @@ layers and an embedding of 32,768 rows, random weights, exported by the default 
 `edgeseq export DIR --out BUNDLE`, whose three parity levels against the source model (one
 call's logits, cached steps, the ids of the source's own `generate` greedy and beam 4) pass.
 
-Marker `families` (`make test-families`, ~20 min on 2 cores; not in `make test`). The
+Marker `families` (`make test-families`, 5-6 min per family on 2 cores; not in `make test`). The
 checkpoints are the fixture modules' builders at this shape; their tokenizers (trained here on
 the synthetic corpus) have a few hundred pieces, and the embedding is padded with random rows
 up to VOCAB_ROWS, rows every adapter maps and leaves without a token (as NLLB-200's and
