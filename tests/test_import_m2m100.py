@@ -32,7 +32,8 @@ from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.prefix import ForcedPrefix
 from edgeseq.runtime.search import GenerationOptions, beam_search, greedy_search
-from edgeseq.runtime.serve.batcher import run_merged
+from edgeseq.runtime.serve.batcher import BatchSettings, run_merged
+from edgeseq.runtime.serve.continuous import StepBatcher, steps_decoder
 
 MAX_NEW = 20
 TEXTS = ["Straße naïve façade", "the quick brown fox", "λόγος", "Hello world, 42!"]
@@ -51,7 +52,8 @@ def source(nllb_dir: Path) -> Any:
 @pytest.fixture(scope="module")
 def bundle(nllb_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("m2m") / "bundle"
-    result = CliRunner().invoke(cli, ["export", str(nllb_dir), "--out", str(out)])
+    args = ["export", str(nllb_dir), "--out", str(out), "--variants", "fp32,steps"]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     return out
 
@@ -172,6 +174,34 @@ def test_bundle_generate_cli_api_and_server(bundle: Path, nllb_dir: Path) -> Non
         OptionsError, match="target language 'xx_Latn' is not one of this model's: deu_Latn"
     ):
         gen.generate(["a"], GenerationOptions(target_lang="xx_Latn"))
+
+
+def test_step_batching_mixes_languages(bundle: Path) -> None:
+    """Requests with different source and target languages and prefixes, and the defaults, in
+    one step batch: each gets what `generate` gives it alone."""
+    gen = Generator.load(bundle, providers="cpu", threads=1)
+    steps = steps_decoder(gen, "step")
+    assert steps is not None
+    batcher = StepBatcher(gen, steps, BatchSettings(max_batch=8, max_wait_ms=50))
+    requests = [
+        GenerationOptions(max_new_tokens=MAX_NEW),
+        GenerationOptions(max_new_tokens=MAX_NEW, target_lang="deu_Latn"),
+        GenerationOptions(max_new_tokens=MAX_NEW, source_lang="zho_Hans", target_lang=TARGET),
+        GenerationOptions(max_new_tokens=MAX_NEW, target_lang="deu_Latn", target_prefix="the"),
+        GenerationOptions(max_new_tokens=7, target_prefix="the quick"),
+    ]
+    batcher.start()
+    try:
+        futures = [batcher.submit(TEXTS, options, timeout_s=60) for options in requests]
+        got = [future.result(timeout=120) for future in futures]
+    finally:
+        batcher.close()
+    for results, options in zip(got, requests, strict=True):
+        want = gen.generate(TEXTS, options)
+        assert [(r.token_ids, r.text) for r in results] == [(w.token_ids, w.text) for w in want]
+        assert [r.logprob for r in results] == pytest.approx([w.logprob for w in want], abs=1e-4)
+    assert got[0][0].token_ids[0] == gen.target_prefix(gen.resolve(requests[0]))[0]
+    assert [r.text for r in got[1]] != [r.text for r in got[0]]
 
 
 def test_unknown_language_is_one_error_line(bundle: Path, capsys: pytest.CaptureFixture) -> None:

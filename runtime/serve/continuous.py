@@ -15,8 +15,10 @@ either bound joins an empty batch alone; when nothing is in flight the first req
 up to `max_wait_ms` for others), run the encoder once on the inputs that join, add them to
 the live batch (runtime/serve/live_batch.py), run one decoder step for every row, choose
 each row's arg-max token, and answer every request whose last row ended
-(`</s>` or its token budget). Each row keeps its own position, budget (`max_new_tokens`) and
-score, so requests with different greedy options share the batch, and a row's tokens and
+(`</s>` or its token budget). Each row keeps its own position, budget (`max_new_tokens`),
+source and target language, forced prefix (`forced_target_ids`: taken with log-probability 0,
+as runtime/prefix.py forces it) and score, so requests with different greedy options and
+languages share the batch, and a row's tokens and
 score are those `Generator.generate` gives it (fp32; int8 quantizes activations over the
 batch, as whole-request batching does). Beam search and sampling stay on the whole-request
 `Batcher`: `SplitBatcher` routes each request to the one that runs it, and makes both queues
@@ -95,6 +97,7 @@ class Row:
     source: Source
     budget: int  # decoder steps allowed
     last: int  # the token fed next (<s> first)
+    forced: tuple[int, ...] = ()  # the first tokens, forced: target language, target_prefix
     tokens: list[int] = field(default_factory=list)
     logprob: float = 0.0
     steps: int = 0
@@ -226,14 +229,16 @@ class StepBatcher:
         settle the job's future and give no rows)."""
         gen, options = self.generator, job.options
         try:
-            sources = [gen.encode(text, options.truncate) for text in job.texts]
+            lang = options.source_lang
+            sources = [gen.encode(text, options.truncate, lang) for text in job.texts]
+            forced = tuple(gen.target_prefix(options))
         except EdgeseqError as exc:
             job.future.set_exception(exc)
             return []
         job.results = [Result.skipped_result(s) if s.skipped else None for s in sources]
         budget = step_budget(gen.step_model, options.max_new_tokens)
         rows = [
-            Row(job, i, s, budget, gen.config.bos_id)
+            Row(job, i, s, budget, gen.config.bos_id, forced)
             for i, s in enumerate(sources)
             if not s.skipped
         ]
@@ -279,6 +284,8 @@ class StepBatcher:
         for slot, token, lp in zip(live, chosen.tolist(), logprobs, strict=True):
             row = rows[slot]
             assert row is not None
+            if row.steps < len(row.forced):
+                token, lp = row.forced[row.steps], 0.0
             row.logprob += lp
             row.steps += 1
             if token != eos:
@@ -350,11 +357,8 @@ class SplitBatcher:
     ) -> Future:
         """Queue a request with the batcher that runs it; QueueFullError when both queues
         together cannot take `len(texts)` more inputs."""
-        # the step batcher runs one decoder prefix for every row (no language options), no
-        # token rules (runtime/rules.py) and whole inputs
-        plain = options.method == "greedy" and not (
-            options.source_lang or options.target_lang or options.target_prefix
-        )
+        # the step batcher runs no token rules (runtime/rules.py), and whole inputs
+        plain = options.method == "greedy"
         plain = plain and not (options.has_rules or options.split_sentences)
         target = self.steps if plain else self.requests
         return target.submit(texts, options, timeout_s, tokens)
