@@ -135,7 +135,7 @@ def bert_levels(
         "steps": 1,
         "max_abs_diff_cached": diff,
         "max_abs_diff_uncached": diff,
-        "uncached_bound": TOLERANCE_FP32,
+        "bound": TOLERANCE_FP32,
     }
     total = len(sources)
     level3 = {
