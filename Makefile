@@ -39,9 +39,10 @@ test-ray: $(STAMP)
 	$(BIN)/python -m pytest -q -m ray
 
 # Each Hugging Face family (m2m_100 / NLLB, mBART-50, BART, T5 v1.1) built at a realistic shape
-# (d_model 512, 6 + 6 layers, 32,768 vocabulary rows, random weights) and exported by the default
-# command, its three parity levels against the source model printed and checked
-# (tests/test_families_realistic.py). Not part of `test`: 5-6 min per family on 2 cores.
+# (d_model 512, 6 + 6 layers, 32,768 vocabulary rows, M2M-100 also with NLLB-200's 256,206;
+# random weights) and exported by the default command, its three parity levels against the
+# source model printed and checked (tests/test_families_realistic.py). Not part of `test`:
+# 5-6 min per family on 2 cores.
 test-families: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families tests/test_families_realistic.py
 

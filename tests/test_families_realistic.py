@@ -1,7 +1,8 @@
 """Each Hugging Face family at a realistic shape (issue 45): d_model 512, 8 heads, 6 + 6
-layers and an embedding of 32,768 rows, random weights, exported by the default command
-`edgeseq export DIR --out BUNDLE`, whose three parity levels against the source model (one
-call's logits, cached steps, the ids of the source's own `generate` greedy and beam 4) pass.
+layers and an embedding of 32,768 rows (M2M-100 also with NLLB-200's 256,206), random
+weights, exported by the default command `edgeseq export DIR --out BUNDLE`, whose three
+parity levels against the source model (one call's logits, cached steps, the ids of the
+source's own `generate` greedy and beam 4) pass.
 
 Marker `families` (`make test-families`, 5-6 min per family on 2 cores; not in `make test`). The
 checkpoints are the fixture modules' builders at this shape; their tokenizers (trained here on
@@ -27,6 +28,7 @@ pytestmark = [pytest.mark.families, pytest.mark.slow]
 
 D_MODEL, HEADS, LAYERS = 512, 8, 6
 VOCAB_ROWS = 32768
+NLLB_ROWS = 256206  # NLLB-200's vocabulary, the largest a family ships
 
 
 def pad_vocabulary(path: Path, rows: int = VOCAB_ROWS, seed: int = 0) -> None:
@@ -97,16 +99,18 @@ def t5_v1_1(path: Path) -> Path:
 
 BUILDERS: dict[str, Callable[[Path], Path]] = {
     "m2m_100": m2m_100,
+    "m2m_100-nllb-vocabulary": m2m_100,
     "mbart-50": mbart_50,
     "bart": bart,
     "t5-v1.1": t5_v1_1,
 }
+ROWS = {"m2m_100-nllb-vocabulary": NLLB_ROWS}  # the others: VOCAB_ROWS
 
 
 @pytest.mark.parametrize("family", sorted(BUILDERS))
 def test_realistic_shape_passes_the_three_parity_levels(family: str, tmp_path: Path) -> None:
     source = BUILDERS[family](tmp_path / family)
-    pad_vocabulary(source)
+    pad_vocabulary(source, ROWS.get(family, VOCAB_ROWS))
     edgeseq = Path(sys.executable).with_name("edgeseq")
     bundle = tmp_path / "bundle"
     run = subprocess.run(
