@@ -261,6 +261,11 @@ def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
         entry = group[f"level{level}"]
         check = f"source: logits vs the source model, {what} ({entry['positions']} positions)"
         rows.append((level, check, f"{entry['max_abs_diff']:.1e}", ok(entry["passed"])))
+    if "bound" in group["level1"]:  # manifests before it: the tolerance alone
+        noise, bound = group["level1"]["torch_cached_vs_uncached"], group["level1"]["bound"]
+        tol = group["level1"]["tolerance"]
+        check = f"  bound: {tol:.0e} + torch's own cached vs uncached {noise:.1e}"
+        rows.append(("", check, f"{bound:.1e}", ""))
     for name in ("greedy", "beam"):
         entry = group["level3"][name]
         ties = f" + {entry['near_ties']} near ties" if entry["near_ties"] else ""

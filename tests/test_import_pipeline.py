@@ -32,6 +32,10 @@ def test_the_manifest_holds_parity_against_the_users_module(torch_case) -> None:
     group = manifest["parity"]["source"]
     assert group["passed"] and manifest["parity"]["passed"]
     assert group["level1"]["max_abs_diff"] < 1e-4 and group["level2"]["max_abs_diff"] < 1e-4
+    noise = manifest["parity"]["level2"]["torch_cached_vs_uncached"]  # PyTorch's own drift
+    for level in ("level1", "level2"):
+        assert group[level]["bound"] == pytest.approx(1e-4 + noise)
+    assert f"bound: 1e-04 + torch's own cached vs uncached {noise:.1e}" in torch_case["output"]
     assert group["level3"]["greedy"]["identical"] == len(DATA)
     assert "source: logits vs the source model" in torch_case["output"]
     assert manifest["parity"]["level3"]["source"].startswith("data.txt")

@@ -236,7 +236,8 @@ def prove_graphs(
         check_group(parity, "top", top_failure)
     if reference is not None:
         say(f"parity against the source model on {len(held.sources)} inputs")
-        group = source_parity(reference, engine, held, model.cfg, max_new_tokens)
+        noise = parity["level2"]["torch_cached_vs_uncached"]
+        group = source_parity(reference, engine, held, model.cfg, max_new_tokens, noise)
         add_group(parity, "source", group)
         say(f"  source: {'passed' if group['passed'] else 'FAILED'} ({group['seconds']} s)")
         check_group(parity, "source", source_failure)

@@ -1,7 +1,7 @@
 """Parity against the source model itself: an imported model's fp32 graphs vs the original
 module (the user's `torch.nn.Transformer` parts, `MarianMTModel`), in edgeseq ids.
 
-    group = source_parity(reference, engine, held, cfg, max_new_tokens)   # manifest parity
+    group = source_parity(reference, engine, held, cfg, max_new_tokens, noise)  # manifest
     check_group(report, "source", source_failure)            # export/parity.py: ParityError
 
 The adapter's weight map is thereby proven, not assumed. The source runs its own code
@@ -12,6 +12,9 @@ forward from runtime/search.py where it has none (greedy or beam over a full re-
 1. logits: both graphs in one decoder call (past 0, every target position at once) vs the
    source's forward, teacher-forced with the graphs' greedy output, at every real position;
 2. per step: the cached decoder's logits along that greedy decode vs the same forward;
+   both within the tolerance plus `noise`, PyTorch's own cached-vs-uncached difference on
+   the same weights (level 2 of edgeseq's parity: the fp32 noise at this model's logit
+   scale, e.g. 6e-5 for a T5 whose logits reach ±200);
 3. sequences: the graphs' greedy and beam-4 ids vs the source's own generation, with the
    first divergent step and both engines' top-2 logits. A divergence where the source's
    top-2 logits are closer than the logits tolerance is reported as a near tie: the two
@@ -94,9 +97,14 @@ class ReferenceStep:
 
 
 def _logit_levels(
-    reference: ReferenceStep, engine: StepModel, sources: Sequence[Sequence[int]], limit: int
+    reference: ReferenceStep,
+    engine: StepModel,
+    sources: Sequence[Sequence[int]],
+    limit: int,
+    noise: float,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Levels 1 (one call over every position) and 2 (cached steps) on `sources`."""
+    """Levels 1 (one call over every position) and 2 (cached steps) on `sources`, each
+    within the tolerance + `noise`."""
     src = right_pad(sources, engine.pad_id)
     greedy = greedy_search(forced(engine, [reference.target_prefix]), src, limit)
     fed = [[engine.bos_id, *ids][: engine.max_len] for ids in greedy]  # what search fed
@@ -113,10 +121,12 @@ def _logit_levels(
     stepped = np.stack(steps, axis=1)
     level1 = max_abs_diff(whole[real], want[real])
     level2 = max_abs_diff(stepped[real], want[real])
+    bound = TOLERANCE_FP32 + noise
     info = {"inputs": len(sources), "positions": int(real.sum()), "tolerance": TOLERANCE_FP32}
+    info |= {"torch_cached_vs_uncached": noise, "bound": bound}
     return (
-        info | {"max_abs_diff": level1, "passed": level1 <= TOLERANCE_FP32},
-        info | {"max_abs_diff": level2, "passed": level2 <= TOLERANCE_FP32},
+        info | {"max_abs_diff": level1, "passed": level1 <= bound},
+        info | {"max_abs_diff": level2, "passed": level2 <= bound},
     )
 
 
@@ -188,14 +198,16 @@ def source_parity(
     held: HeldOut,
     config: ModelConfig,
     max_new_tokens: int | None = None,
+    noise: float = 0.0,
 ) -> dict[str, Any]:
     """The "source" parity group of the manifest: levels 1-3 of `engine` (the fp32 graphs)
-    against the source model on the held-out inputs (see the module docstring)."""
+    against the source model on the held-out inputs (see the module docstring); `noise`:
+    PyTorch's own cached-vs-uncached difference, added to the logits tolerance."""
     start = time.perf_counter()
     step = ReferenceStep(reference, config)
     limit = max_new_tokens if max_new_tokens is not None else config.max_len
     with torch.inference_mode():
-        level1, level2 = _logit_levels(step, engine, held.sources[:LOGIT_ROWS], limit)
+        level1, level2 = _logit_levels(step, engine, held.sources[:LOGIT_ROWS], limit, noise)
         greedy = _sequences(step, engine, held.sources, 1, limit)
         beam = _sequences(step, engine, held.sources[:LEVEL3_BEAM_INPUTS], LEVEL3_BEAM_SIZE, limit)
     level3 = {"source": held.description, "max_new_tokens": limit, "greedy": greedy, "beam": beam}
