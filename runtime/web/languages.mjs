@@ -15,10 +15,10 @@
 // model lacks is refused with the list. A forced target prefix (`targetPrefix`, Python's
 // `target_prefix`): text every output starts with, its target-tokenizer ids forced after the
 // target language, refused (OptionsError) when empty or with symbols the target vocabulary
-// lacks. Generation settings the browser's searches do not
-// implement (no-repeat n-grams, min new tokens, banned ids, early_stopping other than true,
-// renormalize, a beam size above 1 for the greedy loop, and forced </s> in the search graph:
-// the loop applies it) are named in `notApplied`, never silently followed.
+// lacks. Generation settings the browser's searches do not implement (no-repeat n-grams, min
+// new tokens, banned ids, early_stopping other than true, renormalize, a beam size above 1 for
+// the greedy loop, and forced </s> in the search graph: the loop applies it) are named in
+// `notApplied`, never silently followed.
 
 /** A per-call option this bundle cannot take (runtime/errors.py OptionsError). */
 export class OptionsError extends Error {
@@ -126,7 +126,8 @@ export function noLanguages({ sourceLang, targetLang } = {}) {
 export function forcedTargetIds(languages, target, { targetLang, targetPrefix } = {}) {
   if (targetPrefix !== undefined && targetPrefix !== null) {
     if (typeof targetPrefix !== "string" || !targetPrefix.trim()) {
-      const got = typeof targetPrefix === "string" ? `'${targetPrefix}'` : JSON.stringify(targetPrefix);
+      const text = typeof targetPrefix === "string";
+      const got = text ? `'${targetPrefix}'` : JSON.stringify(targetPrefix);
       throw new OptionsError(`targetPrefix must be a non-empty text, got ${got}`);
     }
   }

@@ -74,7 +74,8 @@ for (const { text, favour, inGraph, ...options } of input) {
     const { maxNewTokens } = options;
     const output = encoded ? await bundle.greedyIds(encoded, { forced, maxNewTokens }) : [];
     const generated = await bundle.generate(text, options); // the public path (same refusals)
-    results.push(flags.ort ? { encoded, output, text: generated } : { encoded, fed: state.fed, output });
+    const { fed } = state;
+    results.push(flags.ort ? { encoded, output, text: generated } : { encoded, fed, output });
   } catch (err) {
     results.push({ error: `${err.name}: ${err.message}` });
   }
