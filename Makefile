@@ -54,18 +54,24 @@ test-families: $(STAMP)
 # refreshes the tracked picture of docs/edge.md. Another model (docs/import.md): `make edge
 # EDGE_SOURCE=opus-mt-en-de EDGE_BUNDLE=bundles/opus EDGE_DATA=heldout.tsv` exports SOURCE
 # there (never over an existing bundle) and checks it on DATA's inputs (the g2p words if unset).
+# A model with a language list (NLLB, M2M-100, mBART-50) has no search variant: add
+# EDGE_VARIANTS=fp32,int8 (the variants exported and checked) and optionally EDGE_TARGET_LANG.
 EDGE_SOURCE ?= models/g2p-en
 EDGE_BUNDLE ?= bundles/g2p-en
 EDGE_DATA ?=
+EDGE_VARIANTS ?= fp32,int8,search
+EDGE_TARGET_LANG ?=
+EDGE_HAS := $(if $(findstring search,$(EDGE_VARIANTS)),search.int8.onnx,decoder.int8.onnx)
 EDGE_CACHE := $(or $(EDGESEQ_EDGE_CACHE),.edge-cache)
 SCREENSHOT ?= $(EDGE_CACHE)/edge-demo.png
 edge: $(STAMP)
 	bash scripts/edge/setup.sh
-	grep -qs '"search.int8.onnx"' $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export \
-		$(EDGE_SOURCE) --out $(EDGE_BUNDLE) --variants fp32,int8,search \
+	grep -qs '"$(EDGE_HAS)"' $(EDGE_BUNDLE)/manifest.json || $(BIN)/edgeseq export \
+		$(EDGE_SOURCE) --out $(EDGE_BUNDLE) --variants $(EDGE_VARIANTS) \
 		$(if $(EDGE_DATA),--data $(EDGE_DATA)) $(if $(filter bundles/g2p-en,$(EDGE_BUNDLE)),--force)
 	$(BIN)/python scripts/edge/edge_check.py --bundle $(EDGE_BUNDLE) \
-		$(if $(EDGE_DATA),--data $(EDGE_DATA)) --screenshot $(SCREENSHOT)
+		$(if $(EDGE_DATA),--data $(EDGE_DATA)) --screenshot $(SCREENSHOT) \
+		$(if $(EDGE_TARGET_LANG),--target-lang $(EDGE_TARGET_LANG))
 
 # The g2p-en bundle shipped in the wheel (runtime/models/g2p-en), re-exported from the
 # checkpoint in models/g2p-en with parity checks and the int8 accuracy gate; int8 graphs only.

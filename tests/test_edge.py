@@ -10,10 +10,13 @@ tests' tiny reversal model: the two-graph loop on 203 inputs, and the one-graph 
 the emulated interpreter. Imported bundles (tests/import_cases.py: a MarianMT directory with a
 SentencePiece Unigram vocabulary, a tutorial-shaped `nn.Transformer`) get the same checks on
 their --data inputs; their exports (~70 s each) run only once the tools and cache are there.
+The multilingual imports (conftest.py's m2m_import, mbart50_import: no search variant) run
+the browser's loop with their default target language and another.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -224,3 +227,28 @@ def test_browser_imported_bundle_equals_python(
         got = (tmp_path / f"browser-search-{variant}.txt").read_text("utf-8").splitlines()
         flags = (*IMPORTED_VARIANTS[f"search-{variant}"], "--beam", str(beams))
         assert got == x86_outputs(bundle, words, *flags, "--batch-size", str(batch)), variant
+
+
+# -- bundles with a language list (issue 45): no search variant, a target language forced ----
+@pytest.mark.parametrize("name", ["m2m_import", "mbart50_import"])
+def test_browser_language_bundle_equals_python(
+    request: pytest.FixtureRequest, name: str, tmp_path: Path
+) -> None:
+    """runtime/web's loop on a multilingual import = `edgeseq generate`, with the bundle's
+    default target language and with another one (`browser_check.mjs --target-lang`, what
+    `make edge EDGE_TARGET_LANG=...` runs)."""
+    need_browser()
+    case = request.getfixturevalue(name)
+    words = tmp_path / "words.txt"
+    lines = case["data"].read_text(encoding="utf-8").splitlines()
+    words.write_text("".join(f"{line.split(chr(9))[0]}\n" for line in lines), encoding="utf-8")
+    config = json.loads((case["bundle"] / "config.json").read_text())
+    languages = config["languages"]
+    other = next(code for code in languages["codes"] if code != languages["default_target"])
+    outputs = []
+    for flags in ((), ("--target-lang", other)):
+        result = browser_check(case["bundle"], words, tmp_path, *flags)
+        assert result.returncode == 0, result.stderr
+        outputs.append((tmp_path / "browser-fp32.txt").read_text(encoding="utf-8").splitlines())
+        assert outputs[-1] == x86_outputs(case["bundle"], words, *flags), flags
+    assert outputs[0] != outputs[1]  # the target language reached the page

@@ -82,14 +82,16 @@ def test_edge_check_prints_progress_per_target_and_variant(tmp_path, monkeypatch
     bundle = tmp_path / "bundle"
     bundle.mkdir()
     search = {"fp32": {"file": "search.onnx"}, "int8": {"file": "search.int8.onnx"}}
-    (bundle / "manifest.json").write_text(json.dumps({"search": search}))
+    manifest = {"variants": {"fp32": {}, "int8": {}}, "search": search}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    (bundle / "config.json").write_text("{}")
     words = ["hello", "world", "quokka"]
     started = []
 
-    def x86_reference(bundle, words_file, variant, out):
+    def x86_reference(bundle, words_file, variant, out, languages):
         return [w.upper() for w in words], 0.5
 
-    def run_target(target, bundle, words_file, variant, out, shot):
+    def run_target(target, bundle, words_file, variant, out, shot, languages):
         started.append((target, variant))
         if target == "browser" and variant == "search-int8":
             raise edge_check.UnsupportedError("no BeamSearch kernel")
@@ -121,6 +123,42 @@ def test_edge_check_prints_progress_per_target_and_variant(tmp_path, monkeypatch
     assert messages == expected
     assert len(started) == len(edge_check.TARGETS) * len(edge_check.VARIANTS)
     assert "| arm64 (qemu, python) | fp32 | 3 | 3/3 | 3/3 | 2.0 s |" in out
+
+
+def test_edge_check_runs_a_language_bundle_on_the_loop(tmp_path, monkeypatch, capsys) -> None:
+    """A bundle with a language list (no search variant): the loop variants only, with
+    --target-lang passed to every target."""
+    edge_check = load_edge_check()
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    manifest = {"variants": {"fp32": {}, "int8": {}}}
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    languages = {"codes": {"eng_Latn": 4, "deu_Latn": 5}, "default_source": "eng_Latn"}
+    (bundle / "config.json").write_text(json.dumps({"languages": languages}))
+    data = tmp_path / "data.tsv"
+    data.write_text("Haus\tHaus\nBaum\tBaum\n", encoding="utf-8")
+    calls = []
+
+    def x86_reference(bundle, words_file, variant, out, languages):
+        calls.append(("x86", variant, languages))
+        return ["A", "B"], 0.5
+
+    def run_target(target, bundle, words_file, variant, out, shot, languages):
+        calls.append((target, variant, languages))
+        return ["A", "B"], 1.0
+
+    monkeypatch.setattr(edge_check, "x86_reference", x86_reference)
+    monkeypatch.setattr(edge_check, "run_target", run_target)
+    args = ["--bundle", str(bundle), "--out", str(tmp_path / "out"), "--data", str(data)]
+    assert edge_check.main([*args, "--target-lang", "deu_Latn"]) == 0
+    flags = ["--target-lang", "deu_Latn"]
+    assert calls == [
+        (target, variant, flags)
+        for target in ("x86", *edge_check.TARGETS)
+        for variant in ("fp32", "int8")
+    ]
+    err = capsys.readouterr().err
+    assert "] languages: source eng_Latn, target deu_Latn" in err.splitlines()[0]
 
 
 def test_edge_check_help() -> None:

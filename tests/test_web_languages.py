@@ -120,8 +120,10 @@ def test_generation_settings_the_browser_lacks_are_named() -> None:
     config = {"generation": settings}
     got = browser(None, config)
     assert (got["beams"], got["lengthPenalty"], got["maxNewTokens"]) == (4, 0.6, 20)
+    assert got["forcedEos"] is True
     assert got["notApplied"] == [
-        "no_repeat_ngram_size=3", "forced_eos=true",
+        "no_repeat_ngram_size=3",
+        "forced_eos=true in generateInGraph (generate() applies it)",
         "beam_size=4 in generate() (greedy; generateInGraph applies it)",
     ]  # fmt: skip
     assert browser(None, {})["notApplied"] == []

@@ -23,11 +23,13 @@
 // variant"); its hypotheses are re-ranked as runtime/graph_search.py re-ranks them.
 
 import { graphVariantProblem } from "./graph_variants.mjs";
-import { generationDefaults, LanguageError, Languages, noLanguages } from "./languages.mjs";
+import { forcedTargetIds, generationDefaults, Languages, noLanguages } from "./languages.mjs";
+import { LanguageError, OptionsError } from "./languages.mjs";
 import { Tokenizer, TokenizerError, vocabularyFingerprint } from "./tokenizer.mjs";
 import { BundleError, checkVocabulary, onnxMetadata } from "./vocabulary_check.mjs";
 
-export { BundleError, checkVocabulary, LanguageError, onnxMetadata, Tokenizer, TokenizerError };
+export { BundleError, checkVocabulary, LanguageError, onnxMetadata, OptionsError };
+export { Tokenizer, TokenizerError };
 export { vocabularyFingerprint };
 
 /** Which graphs Bundle.load opens: the two-graph loop, the search graph, or both. */
@@ -107,6 +109,12 @@ export class Bundle {
       return bytes;
     };
     const config = parseJSON(await get("config.json"), "config.json");
+    const architecture = config.model?.architecture ?? "encoder-decoder";
+    if (architecture !== "encoder-decoder") {
+      throw new BundleError(
+        `the bundle is ${architecture}; the web runtime runs encoder-decoder bundles only`,
+      );
+    }
     const names = config.tokenizers ?? { source: "tokenizer.json", target: "tokenizer.json" };
     const sourceData = parseJSON(await get(names.source), names.source);
     const targetData =
@@ -172,15 +180,34 @@ export class Bundle {
   }
 
   /** {source, target}: the ids before a source's tokens and those forced first in its
-   * output, for per-call `{sourceLang, targetLang}` (the config's defaults when absent). */
-  prefixes({ sourceLang, targetLang } = {}) {
+   * output (the target language, then `targetPrefix`'s ids: `forcedTargetIds`), for per-call
+   * `{sourceLang, targetLang, targetPrefix}` (the config's default languages when absent). */
+  prefixes({ sourceLang, targetLang, targetPrefix } = {}) {
     const bos = this.model.source_bos ? [this.model.bos_id] : []; // BART: <s> tokens </s>
-    if (!this.languages) {
-      noLanguages({ sourceLang, targetLang });
-      return { source: bos, target: [] };
+    if (!this.languages) noLanguages({ sourceLang, targetLang });
+    const source = [...bos, ...(this.languages?.sourcePrefix(sourceLang) ?? [])];
+    const target = forcedTargetIds(this.languages, this.target, { targetLang, targetPrefix });
+    return { source, target };
+  }
+
+  /** The tokens an output may have: `maxNewTokens` (else the bundle's default) within
+   * max_len. */
+  budget(maxNewTokens = this.generation.maxNewTokens) {
+    return Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
+  }
+
+  /** The ids `generate` forces first for these per-call options (`prefixes().target`);
+   * OptionsError, as Python's Generator.resolve, when they leave no token of the budget. */
+  forcedIds({ sourceLang, targetLang, targetPrefix, maxNewTokens } = {}) {
+    const forced = this.prefixes({ sourceLang, targetLang, targetPrefix }).target;
+    const budget = this.budget(maxNewTokens);
+    if (forced.length >= budget) {
+      throw new OptionsError(
+        `the forced target prefix takes ${forced.length} of the ${budget} tokens an ` +
+          "output may have: raise maxNewTokens or shorten targetPrefix",
+      );
     }
-    const source = [...bos, ...this.languages.sourcePrefix(sourceLang)];
-    return { source, target: this.languages.targetPrefix(targetLang) };
+    return forced;
   }
 
   /**
@@ -203,8 +230,9 @@ export class Bundle {
   }
 
   /** Greedy output ids (without <s> and </s>) for source ids int64 [S]: the ids of `forced`
-   * first (a target language, log-probability 0), then arg-max, at most `maxNewTokens` (the
-   * bundle's default, else max_len) within max_len positions. */
+   * first (a target language and prefix, log-probability 0, part of the output), then
+   * arg-max, at most `maxNewTokens` (the bundle's default, else max_len) within max_len;
+   * with the bundle's forced_eos, </s> at the last step of that budget. */
   async greedyIds(srcIds, { forced = [], maxNewTokens = this.generation.maxNewTokens } = {}) {
     if (!this.decoder) {
       throw new BundleError('the bundle was loaded with search: "graph"; use generateInGraph');
@@ -236,13 +264,14 @@ export class Bundle {
     let last = this.model.bos_id;
     const inputName = this.decoderIn.input_ids[0].name;
     const logitsName = this.decoderOut.logits[0].name;
-    const budget = Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
+    const budget = this.budget(maxNewTokens);
     for (let step = 0; step < budget; step++) {
       feeds[inputName] = new Tensor("int64", BigInt64Array.of(BigInt(last)), [1, 1]);
       const result = await this.decoder.run(feeds);
       const logits = result[logitsName].data; // [1, 1, V]
       let best = 0;
       if (step < forced.length) best = forced[step];
+      else if (this.generation.forcedEos && step === budget - 1) best = this.model.eos_id;
       else for (let v = 1; v < logits.length; v++) if (logits[v] > logits[best]) best = v;
       if (best === this.model.eos_id) break;
       out.push(best);
@@ -261,12 +290,13 @@ export class Bundle {
 
   /** The greedy output text of one input; an input that `encode` skips gives "". Options:
    * `sourceLang`, `targetLang` (a bundle with languages: codes of config.json's list, its
-   * defaults when absent, an unknown code refused with the list), `maxNewTokens`. */
-  async generate(text, { sourceLang, targetLang, maxNewTokens } = {}) {
-    const prefixes = this.prefixes({ sourceLang, targetLang });
+   * defaults when absent, an unknown code refused with the list), `targetPrefix` (text the
+   * output starts with, forced after the target language: `forcedIds`), `maxNewTokens`. */
+  async generate(text, { sourceLang, targetLang, targetPrefix, maxNewTokens } = {}) {
+    const forced = this.forcedIds({ sourceLang, targetLang, targetPrefix, maxNewTokens });
     const ids = this.encode(text, { sourceLang });
     if (!ids) return "";
-    return this.target.decode(await this.greedyIds(ids, { forced: prefixes.target, maxNewTokens }));
+    return this.target.decode(await this.greedyIds(ids, { forced, maxNewTokens }));
   }
 
   /**
@@ -290,7 +320,7 @@ export class Bundle {
     const { Tensor } = this.ort;
     const B = rows.length;
     const S = Math.max(...rows.map((row) => row.length));
-    const budget = Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
+    const budget = this.budget(maxNewTokens);
     const int32 = (value) => new Tensor("int32", Int32Array.of(value), [1]);
     const float32 = (value) => new Tensor("float32", Float32Array.of(value), [1]);
     const ids = new Int32Array(B * S).fill(this.model.pad_id);
@@ -343,9 +373,10 @@ export class Bundle {
     if (!Array.isArray(texts)) {
       return (await this.generateInGraph([texts], { batchSize, ...languages, ...options }))[0];
     }
-    if (this.prefixes(languages).target.length) {
+    const { targetPrefix, ...search } = options;
+    if (this.prefixes({ ...languages, targetPrefix }).target.length) {
       throw new BundleError(
-        "the one-graph search forces no target language; use generate() for this bundle",
+        "the one-graph search forces no target language or prefix; use generate() for them",
       );
     }
     const sources = texts.map((text) => this.encode(text, { sourceLang }));
@@ -356,7 +387,7 @@ export class Bundle {
         if (sources[i]) todo.push(i);
       }
       if (todo.length === 0) continue;
-      const best = await this.searchIds(todo.map((i) => sources[i]), options);
+      const best = await this.searchIds(todo.map((i) => sources[i]), search);
       todo.forEach((i, k) => {
         out[i] = this.target.decode(best[k]);
       });

@@ -17,6 +17,7 @@
 # temporary directory of its own, then runs, per variant, under qemu-aarch64-static -L rootfs:
 #   python3 -m edgeseq.cli.main generate BUNDLE --input WORDS --variant V --search loop|graph
 #     > OUT_DIR/arm64-VARIANT.txt
+# with $GENERATE_FLAGS (words, e.g. "--target-lang deu_Latn") after those flags when set,
 # and writes the seconds it took to OUT_DIR/arm64-V.seconds.
 #
 # The emulated CPU is $QEMU_CPU (default neoverse-n1: ARMv8.2 with dot product, the core of
@@ -147,7 +148,7 @@ for variant in "${VARIANTS[@]}"; do
   PYTHONPATH=$SITE/edgeseq:$DEPS PYTHONDONTWRITEBYTECODE=1 \
     qemu-aarch64-static -cpu "$QEMU_CPU" -L "$ROOTFS" "$ROOTFS/usr/bin/python$PYVER" -m edgeseq.cli.main \
     generate "$BUNDLE" --input "$WORDS" --variant "$graph" --search "$search" --provider cpu \
-    >"$OUT/arm64-$variant.txt"
+    ${GENERATE_FLAGS:-} >"$OUT/arm64-$variant.txt"
   end=$(date +%s.%N)
   awk -v a="$start" -v b="$end" 'BEGIN { printf "%.1f\n", b - a }' >"$OUT/arm64-$variant.seconds"
 done

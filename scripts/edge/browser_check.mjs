@@ -2,7 +2,7 @@
 //
 //   node scripts/edge/browser_check.mjs --bundle bundles/g2p-en --words words.txt \
 //     --out OUT_DIR [--variant fp32] [--search loop|graph] [--beams N] [--batch-size N]
-//     [--screenshot docs/edge-demo.png] [--word quokka]
+//     [--screenshot docs/edge-demo.png] [--word quokka] [--source-lang C] [--target-lang C]
 //
 // Serves runtime/web/ at http://127.0.0.1:PORT/ with onnxruntime-web's dist/ as ort/ and the
 // bundle as bundle/ (the layout index.html expects), opens index.html?variant=V in
@@ -12,7 +12,9 @@
 // page and saves a screenshot. With --search graph the page loads the variant's one-graph
 // search file instead and runs bundle.generateInGraph(lines, {beams, batchSize}), batched as
 // `edgeseq generate --batch-size N` batches (default 32); the files are then
-// OUT_DIR/browser-search-V.txt and .seconds. Exit status: 0 done, 1 failed, 2 bad arguments
+// OUT_DIR/browser-search-V.txt and .seconds. --source-lang / --target-lang: a bundle with a
+// language list runs generate(text, {sourceLang, targetLang}) (its defaults when absent; the
+// search graph forces no target language). Exit status: 0 done, 1 failed, 2 bad arguments
 // or missing tools, 3 onnxruntime-web cannot load the graph (the message says why, e.g. an
 // operator its wasm build lacks). Node modules come from $EDGESEQ_NODE_MODULES, else
 // $EDGESEQ_EDGE_CACHE/npm/node_modules (default .edge-cache; make edge installs
@@ -37,6 +39,8 @@ const { values: args } = parseArgs({
     search: { type: "string", default: "loop" },
     beams: { type: "string", default: "1" },
     "batch-size": { type: "string", default: "32" },
+    "source-lang": { type: "string" },
+    "target-lang": { type: "string" },
   },
 });
 if (!["loop", "graph"].includes(args.search)) fail(`--search is ${args.search}; use loop or graph`);
@@ -117,11 +121,11 @@ try {
   }
   const started = Date.now();
   const outputs = await page.evaluate(
-    async (texts, inGraph, options) => {
+    async (texts, inGraph, options, languages) => {
       const { bundle } = window.edgeseq;
       if (inGraph) {
         try {
-          return await bundle.generateInGraph(texts, options);
+          return await bundle.generateInGraph(texts, { ...options, ...languages });
         } catch (err) {
           return texts.map(() => `error: ${err.message}`);
         }
@@ -129,7 +133,7 @@ try {
       const out = [];
       for (const text of texts) {
         try {
-          out.push(await bundle.generate(text));
+          out.push(await bundle.generate(text, languages));
         } catch (err) {
           out.push(`error: ${err.message}`);
         }
@@ -139,6 +143,7 @@ try {
     lines,
     args.search === "graph",
     { beams, batchSize },
+    { sourceLang: args["source-lang"], targetLang: args["target-lang"] },
   );
   const seconds = (Date.now() - started) / 1000;
   mkdirSync(args.out, { recursive: true });

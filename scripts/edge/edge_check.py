@@ -3,6 +3,7 @@
     python scripts/edge/edge_check.py                      # what `make edge` runs
     python scripts/edge/edge_check.py --targets browser --variants fp32,search-fp32 --inputs 20
     python scripts/edge/edge_check.py --bundle bundles/marian --data heldout.tsv   # any bundle
+    python scripts/edge/edge_check.py --bundle bundles/nllb --data held.tsv --target-lang deu_Latn
 
 Inputs: the first N distinct words of the g2p task's test split (the shipped model's own
 held-out words), or with --data FILE the first N distinct inputs of a file in `edgeseq export
@@ -10,8 +11,12 @@ held-out words), or with --data FILE the first N distinct inputs of a file in `e
 ignored), written to OUT/words.txt. Variants: fp32 and int8 are the two graphs driven
 by a decode loop (`edgeseq generate --search loop`); search-fp32 and search-int8 are the
 bundle's one-graph BeamSearch variant of that precision (`edgeseq generate --search graph`,
-greedy). Reference: that `edgeseq generate BUNDLE --input words.txt` command on this
-machine. Targets:
+greedy); the default is every variant the bundle has (a bundle with a language list has no
+search variant: export refuses it, the one-graph search cannot force the target language).
+A bundle with a language list runs with its default languages, or those of --source-lang
+and --target-lang, on every target (`edgeseq generate --source-lang/--target-lang`,
+`bundle.generate(text, {sourceLang, targetLang})`). Reference: that `edgeseq generate BUNDLE
+--input words.txt` command on this machine. Targets:
 
 - arm64: scripts/edge/arm64.sh (Debian arm64 root filesystem under qemu-aarch64-static, the
   aarch64 onnxruntime wheel, `edgeseq generate` there);
@@ -63,6 +68,20 @@ class UnsupportedError(Exception):
     """A target cannot load the variant's graph (the message says why)."""
 
 
+def language_flags(args: argparse.Namespace) -> list[str]:
+    """`edgeseq generate` flags of --source-lang and --target-lang (none when unset)."""
+    pairs = (("--source-lang", args.source_lang), ("--target-lang", args.target_lang))
+    return [part for flag, code in pairs if code for part in (flag, code)]
+
+
+def bundle_variants(manifest: dict) -> list[str]:
+    """The table variants a bundle's manifest has, in VARIANTS' order."""
+    have = set(manifest.get("variants") or {}) | {
+        f"search-{v}" for v in manifest.get("search") or {}
+    }
+    return [v for v in VARIANTS if v in have]
+
+
 def generate_flags(variant: str) -> list[str]:
     """`edgeseq generate` flags of a table variant: fp32 -> loop, search-fp32 -> graph."""
     if variant.startswith("search-"):
@@ -108,14 +127,17 @@ def read_lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").splitlines()
 
 
-def x86_reference(bundle: Path, words: Path, variant: str, out: Path) -> tuple[list[str], float]:
-    """Outputs of `edgeseq generate` on this machine and the seconds it took."""
+def x86_reference(
+    bundle: Path, words: Path, variant: str, out: Path, languages: list[str]
+) -> tuple[list[str], float]:
+    """Outputs of `edgeseq generate` (with the `languages` flags) on this machine and the
+    seconds it took."""
     edgeseq = Path(sys.executable).with_name("edgeseq")
     target = out / f"x86-{variant}.txt"
     start = time.perf_counter()
     result = subprocess.run(
         [str(edgeseq), "generate", str(bundle), "--input", str(words), *generate_flags(variant),
-         "--provider", "cpu"],
+         "--provider", "cpu", *languages],
         capture_output=True, text=True,
     )  # fmt: skip
     if result.returncode != 0:
@@ -124,11 +146,15 @@ def x86_reference(bundle: Path, words: Path, variant: str, out: Path) -> tuple[l
     return read_lines(target), time.perf_counter() - start
 
 
-def run_target(target: str, bundle: Path, words: Path, variant: str, out: Path, shot: str | None):
-    """Run one target for one variant; return its output lines and seconds. Raises
-    UnsupportedError when the browser's onnxruntime-web cannot load the variant's graph."""
+def run_target(
+    target: str, bundle: Path, words: Path, variant: str, out: Path, shot: str | None,
+    languages: list[str],
+):  # fmt: skip
+    """Run one target for one variant with the `languages` flags (language_flags); return its
+    output lines and seconds. Raises UnsupportedError when the browser's onnxruntime-web cannot
+    load the variant's graph."""
     if target == "arm64":
-        env = {**os.environ, "PYTHON": sys.executable}
+        env = {**os.environ, "PYTHON": sys.executable, "GENERATE_FLAGS": " ".join(languages)}
         cmd = ["bash", "scripts/edge/arm64.sh", str(bundle), str(words), str(out), variant]
         result = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         if result.returncode != 0:
@@ -138,7 +164,8 @@ def run_target(target: str, bundle: Path, words: Path, variant: str, out: Path, 
         graph = variant.removeprefix("search-")
         search = "loop" if graph == variant else "graph"
         cmd = ["node", "scripts/edge/browser_check.mjs", "--bundle", str(bundle), "--words",
-               str(words), "--out", str(out), "--variant", graph, "--search", search]  # fmt: skip
+               str(words), "--out", str(out), "--variant", graph, "--search", search,
+               *languages]  # fmt: skip
         if shot:
             cmd += ["--screenshot", shot]
         env = {"EDGESEQ_NODE_MODULES": str(node_modules()), **os.environ}
@@ -199,21 +226,24 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--targets", default="arm64,browser", help="arm64, browser or both")
     parser.add_argument(
-        "--variants", default=",".join(VARIANTS), help=f"of {', '.join(VARIANTS)} (default all)"
+        "--variants", help=f"of {', '.join(VARIANTS)} (default: every one the bundle has)"
     )
+    parser.add_argument("--source-lang", help="a code of the bundle's language list")
+    parser.add_argument("--target-lang", help="a code of the bundle's language list")
     parser.add_argument("--out", type=Path, default=edge_cache() / "out")
     parser.add_argument("--screenshot", help="save the demo page's screenshot here (PNG)")
     args = parser.parse_args(argv)
     targets = [t for t in args.targets.split(",") if t]
     if unknown := sorted(set(targets) - set(TARGETS)):
         parser.error(f"unknown target {', '.join(unknown)}; use {', '.join(TARGETS)}")
-    variants = [v for v in args.variants.split(",") if v]
+    manifest_path = args.bundle / "manifest.json"
+    if not manifest_path.is_file():
+        sys.exit(f"error: no bundle at {args.bundle}; export one first (make edge does)")
+    manifest = json.loads(manifest_path.read_text())
+    variants = [v for v in (args.variants or "").split(",") if v] or bundle_variants(manifest)
     if unknown := sorted(set(variants) - set(VARIANTS)):
         parser.error(f"unknown variant {', '.join(unknown)}; use {', '.join(VARIANTS)}")
-    manifest = args.bundle / "manifest.json"
-    if not manifest.is_file():
-        sys.exit(f"error: no bundle at {args.bundle}; export one first (make edge does)")
-    search = json.loads(manifest.read_text()).get("search") or {}
+    search = manifest.get("search") or {}
     if missing := [v for v in variants if v.startswith("search-") and v[7:] not in search]:
         sys.exit(
             f"error: {args.bundle} has no {', '.join(missing)} graph; export it with "
@@ -221,6 +251,12 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     progress = Progress()
+    languages = language_flags(args)
+    config = json.loads((args.bundle / "config.json").read_text())
+    if langs := config.get("languages"):
+        source = args.source_lang or langs.get("default_source")
+        target = args.target_lang or langs.get("default_target")
+        progress(f"languages: source {source}, target {target}")
     args.out.mkdir(parents=True, exist_ok=True)
     if args.screenshot:
         Path(args.screenshot).parent.mkdir(parents=True, exist_ok=True)
@@ -233,7 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for variant in dict.fromkeys(["fp32", *variants]):  # the fp32 loop: every row's yardstick
         progress(f"x86-64 (python) {label(variant)}: start")
-        reference[variant], seconds = x86_reference(args.bundle, words, variant, args.out)
+        reference[variant], seconds = x86_reference(
+            args.bundle, words, variant, args.out, languages
+        )
         n = len(reference[variant])
         agree = same(reference[variant], reference["fp32"])
         progress(f"x86-64 (python) {label(variant)}: {n} outputs in {seconds:.1f} s")
@@ -246,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
             name = f"{LABELS[target]} {label(variant)}"
             progress(f"{name}: start ({len(ref)} inputs)")
             try:
-                lines, seconds = run_target(target, args.bundle, words, variant, args.out, shot)
+                lines, seconds = run_target(
+                    target, args.bundle, words, variant, args.out, shot, languages
+                )
             except UnsupportedError as exc:
                 progress(f"{name}: {exc}")
                 reason = f"not supported by onnxruntime-web {onnxruntime_web_version()}"

@@ -1,11 +1,17 @@
-// Test helper: Bundle of runtime/web/edgeseq.mjs on a bundle directory with a stand-in for
-// onnxruntime-web whose decoder always ranks one id first (no graph is run), to check what
-// the browser feeds the encoder and forces first for a bundle's languages.
-//   node tests/edge/languages.mjs BUNDLE_DIR < cases.json  ->  [{encoded, fed, output} | {error}]
-// A case: {text, sourceLang?, targetLang?, maxNewTokens?, favour: id the decoder ranks first}.
+// Test helper: Bundle of runtime/web/edgeseq.mjs on a bundle directory, to check what the
+// browser feeds the encoder, forces first (a bundle's languages, a target prefix) and outputs.
+//   node tests/edge/languages.mjs BUNDLE_DIR [--variant V] [--ort NODE_MODULES] < cases.json
+//     ->  [{encoded, fed, output} | {encoded, output, text} (--ort) | {error}]
+// A case: {text, sourceLang?, targetLang?, targetPrefix?, maxNewTokens?, favour?, inGraph?}.
+// Without --ort a stand-in for onnxruntime-web whose decoder ranks the case's `favour` id
+// first (no graph is run; `fed`: the ids the encoder got); with --ort the real graphs of the
+// variant run in onnxruntime-web (wasm) from that node_modules folder, and `text` is
+// generate()'s output. `inGraph`: the case runs generateInGraph instead (its refusals).
 // Also: node tests/edge/languages.mjs --generation < config.json  ->  generationDefaults(config)
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
+import { pathToFileURL } from "node:url";
+import { parseArgs } from "node:util";
 import { Bundle } from "../../runtime/web/edgeseq.mjs";
 import { generationDefaults } from "../../runtime/web/languages.mjs";
 
@@ -14,7 +20,11 @@ if (process.argv[2] === "--generation") {
   console.log(JSON.stringify(generationDefaults(input)));
   process.exit(0);
 }
-const dir = process.argv[2];
+const { values: flags, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { variant: { type: "string", default: "fp32" }, ort: { type: "string" } },
+});
+const dir = positionals[0];
 const base = "https://bundle.test/";
 globalThis.fetch = async (url) => {
   const bytes = readFileSync(join(dir, url.slice(base.length)));
@@ -44,20 +54,28 @@ const decoder = {
   },
 };
 const sessions = [encoder, decoder];
-const ort = { InferenceSession: { create: async () => sessions.shift() }, Tensor };
-const bundle = await Bundle.load(ort, base);
+const standIn = { InferenceSession: { create: async () => sessions.shift() }, Tensor };
+const ort = flags.ort
+  ? await import(pathToFileURL(join(flags.ort, "onnxruntime-web", "dist", "ort.node.min.mjs")))
+  : standIn;
+if (flags.ort) ort.env.wasm.numThreads = 1;
+const bundle = await Bundle.load(ort, base, { variant: flags.variant });
 const results = [];
-for (const { text, favour, ...options } of input) {
+for (const { text, favour, inGraph, ...options } of input) {
   try {
+    if (inGraph) {
+      await bundle.generateInGraph(text, options);
+      throw new Error("generateInGraph ran");
+    }
     state.favour = favour;
     state.fed = null;
+    const forced = bundle.forcedIds(options);
     const encoded = bundle.encode(text, { sourceLang: options.sourceLang });
-    const output = await bundle.greedyIds(encoded, {
-      forced: bundle.prefixes(options).target,
-      ...(options.maxNewTokens ? { maxNewTokens: options.maxNewTokens } : {}),
-    });
-    await bundle.generate(text, options); // the public path runs too (and refuses the same)
-    results.push({ encoded, fed: state.fed, output });
+    const { maxNewTokens } = options;
+    const output = encoded ? await bundle.greedyIds(encoded, { forced, maxNewTokens }) : [];
+    const generated = await bundle.generate(text, options); // the public path (same refusals)
+    const { fed } = state;
+    results.push(flags.ort ? { encoded, output, text: generated } : { encoded, fed, output });
   } catch (err) {
     results.push({ error: `${err.name}: ${err.message}` });
   }
