@@ -134,3 +134,34 @@ def test_fp16_graphs_leave_the_outputs_out(export_case, tmp_path: Path) -> None:
     layers = export_case.model.cfg.n_decoder_layers
     assert tuple(o.name for o in graph.output) == C.decoder_outputs(layers)
     assert not [n.name for n in graph.node if n.name.startswith(C.TOP_NODE_PREFIX)]
+
+
+@pytest.mark.parametrize("vocab", [58101, 256206])
+def test_log_normalizer_stays_near_float64s(vocab: int, tmp_path: Path) -> None:
+    """At opus-mt's vocabulary (58,101: a float32 sum) and NLLB-200's (256,206: the sum in
+    float64, FLOAT64_SUM_ROWS) the graph's normaliser stays within 2e-5 and 1e-6 of float64's
+    log(sum(exp(logit - max))), over logits of scale 0.1 to 20 (a float32 sum of 256,206
+    terms was 4e-5 off)."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    from edgeseq.export.top_outputs import FLOAT64_SUM_ROWS, add_top_outputs
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["x"], [C.LOGITS])], "logits",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [C.BATCH, "new", vocab])],
+        [helper.make_tensor_value_info(C.LOGITS, TensorProto.FLOAT, [C.BATCH, "new", vocab])],
+    )  # fmt: skip
+    proto = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10)
+    add_top_outputs(proto, SimpleNamespace(tgt_vocab_size=vocab))
+    float64 = vocab > FLOAT64_SUM_ROWS
+    assert any(n.op_type == "Cast" for n in proto.graph.node) == float64
+    path = tmp_path / "top.onnx"
+    onnx.save(proto, path)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    scales = np.array([0.1, 2.0, 5.0, 20.0])[:, None, None]
+    logits = (np.random.default_rng(0).standard_normal((4, 2, vocab)) * scales).astype(np.float32)
+    (lse,) = session.run([C.LOG_NORMALIZER], {"x": logits})
+    last = logits[:, -1].astype(np.float64)
+    want = np.log(np.exp(last - last.max(axis=1)[:, None]).sum(axis=1))
+    assert np.abs(lse - want).max() < (1e-6 if float64 else 2e-5)
