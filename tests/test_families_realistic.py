@@ -34,21 +34,30 @@ NLLB_ROWS = 256206  # NLLB-200's vocabulary, the largest a family ships
 def pad_vocabulary(path: Path, rows: int = VOCAB_ROWS, seed: int = 0) -> None:
     """Grow the checkpoint in `path` to `rows` vocabulary rows: every token table (rows,
     d_model) and `final_logits_bias` (1, rows) of model.safetensors gets random rows of a
-    trained table's scale appended, and config.json's vocab_size says `rows`."""
+    trained table's scale appended, and config.json's vocab_size says `rows`.
+
+    The rows come from numpy's generator, not torch's: the fixtures draw their tables from
+    torch's seeded stream at the same scale, and rows drawn from it again repeated those tables
+    (at 256,206 rows, each of the first 507 rows twice: exactly tied logits, arbitrary beam
+    choices). Every table is checked for repeated rows."""
+    import numpy as np
     import torch
     from safetensors.torch import load_file, save_file
 
     config = json.loads((path / "config.json").read_text(encoding="utf-8"))
     old, width = config["vocab_size"], config["d_model"]
     state = load_file(str(path / "model.safetensors"))
-    generator = torch.Generator().manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    probe = torch.from_numpy(rng.standard_normal(width))  # float64: one number per row
     for key, tensor in state.items():
         if tensor.ndim == 2 and tensor.shape == (old, width):
-            extra = torch.randn(rows - old, width, generator=generator) * width**-0.5
-            state[key] = torch.cat([tensor, extra.to(tensor.dtype)]).contiguous()
+            extra = rng.standard_normal((rows - old, width), dtype=np.float32) * width**-0.5
+            table = torch.cat([tensor, torch.from_numpy(extra).to(tensor.dtype)]).contiguous()
+            assert len(torch.unique(table.double() @ probe)) == rows, f"{key}: repeated rows"
+            state[key] = table
         elif key.endswith("final_logits_bias"):
-            extra = torch.randn(1, rows - old, generator=generator) * 0.5
-            state[key] = torch.cat([tensor, extra.to(tensor.dtype)], dim=1).contiguous()
+            extra = rng.standard_normal((1, rows - old), dtype=np.float32) * 0.5
+            state[key] = torch.cat([tensor, torch.from_numpy(extra).to(tensor.dtype)], dim=1)
     save_file(state, str(path / "model.safetensors"), metadata={"format": "pt"})
     config["vocab_size"] = rows
     (path / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
