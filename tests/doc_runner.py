@@ -6,7 +6,7 @@ A page's steps, in page order:
 - each `$ command` line of a ```bash / ```sh / ```console or plain ``` block, the lines
   under it (up to the next `$ `) being the output the page shows (`...` in a line stands
   for any text; timing values such as `[ 12.3s]`, `4.1 s` or `9 ms`, and differences such as
-  `2.7e-06`, are compared as numbers of any value);
+  `2.7e-06` or `7e-08`, are compared as numbers of any value);
 - each ```python block, run with `python` in the working directory, compared with the
   ```text block that follows it, if any.
 
@@ -38,7 +38,7 @@ FENCES = {*SHELL_FENCES, ""}  # a plain ``` block of `$ ` lines is a shell sessi
 NOT_RUN = "# not run here"
 # Timing values, and measured differences in scientific notation (parity's max|Δ|, which vary
 # with the thread count): compared as any value. The verdict beside each (`ok`) is compared.
-TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b|\b\d\.\de[+-]\d\d\b")
+TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b|\b\d(\.\d)?e[+-]\d\d\b")
 
 
 @dataclass
