@@ -57,6 +57,7 @@ def page_steps(name: str, text: str) -> list[Step]:
     """The steps of one Markdown page (see the module docstring), in page order."""
     steps: list[Step] = []
     fence, body, start, heredoc = None, [], 0, None
+    first = 0  # the index of the current block's first step: output belongs to its own block
     for number, line in enumerate(text.splitlines(), 1):
         if heredoc is not None:  # the body of a `<<'EOF'` command: part of the command
             steps[-1].text += "\n" + line
@@ -64,7 +65,7 @@ def page_steps(name: str, text: str) -> list[Step]:
             continue
         if fence is None:
             if match := re.match(r"```(\w*)\s*$", line):
-                fence, body, start = match.group(1), [], number
+                fence, body, start, first = match.group(1), [], number, len(steps)
             continue
         if line.startswith("```"):
             if fence == "python":
@@ -82,7 +83,7 @@ def page_steps(name: str, text: str) -> list[Step]:
             )
             if match := re.search(r"<<-?'?(\w+)'?\s*$", command):
                 heredoc = match.group(1)
-        elif fence in FENCES and steps and steps[-1].kind == "shell":
+        elif fence in FENCES and len(steps) > first and steps[-1].kind == "shell":
             steps[-1].output.append(line)
         else:
             body.append(line)

@@ -80,6 +80,8 @@ def test_every_skipped_command_is_on_its_page_and_the_pages_have_steps() -> None
     for page, skipped in SKIP.items():
         commands = {s.text for s in steps_of(page)}
         assert sorted(set(skipped) - commands) == [], f"{page} no longer has these commands"
+    later = page_steps("p.md", "```\n$ a\nout\n```\n\ntext\n\n```\nsynopsis\n```\n")
+    assert [s.output for s in later] == [["out"]]  # a later block is not a command's output
     import_steps = steps_of("import.md")
     assert len([s for s in import_steps if s.output]) >= 8
     assert any("<<'EOF'" in s.text and s.text.endswith("\nEOF") for s in import_steps)
@@ -106,4 +108,4 @@ def test_a_page_gives_what_it_shows(page: str, tmp_path: Path) -> None:
     if page == "serve.md":  # a free port instead of 8000, so that parallel runs do not collide
         port = free_port()
         replace |= {SERVER: f"{SERVER} --port {port}", ":8000": f":{port}"}
-    assert run_steps(steps, tmp_path, base_env(), replace, timeout=900) == []
+    assert run_steps(steps, tmp_path, base_env(), replace, timeout=1800) == []
