@@ -8,7 +8,7 @@ values ignored, `...` for any text), and every command must exit as the page imp
 - docs/export.md: trains the tiny `reverse` model (6 epochs, seed 0: the same weights each run
   on one machine), exports, verifies, inspects it (and a copy with one byte changed), exports
   its variants and a gate that fails, the shipped g2p-en with the search variant, and a GPT
-  trained for 30 s (its weight-dependent numbers are `...` on the page).
+  trained one epoch.
 - docs/runtime.md: trains and exports the same `reverse` model (its first commands), generates
   from the CLI and the Python API, trains a GPT and a BERT one epoch each and runs them, and
   the providers' and built-in model's commands.
