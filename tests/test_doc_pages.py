@@ -28,13 +28,12 @@ that onnxruntime cannot use) and OpenVINO example; serve.md's API-key commands (
 4 rounds: over 8 minutes; its table is a measurement, not a check). SKIP's commands, each with
 its reason.
 
-Times here, on 2 cores shared with other jobs (training takes up to 8 times longer when the
-other jobs are heavy, hence the 40-minute limit per command): export.md 8 minutes up to its
-GPT, whose training adds 5 (6 epochs of `reverse`: 4 minutes, over 30 under heavy load),
-runtime.md the same `reverse` training, two trainings of 4 to 5 minutes and 2 minutes of the
-rest, providers.md
-6 s, serve.md 70 s, import.md about 12 minutes (three exports and two verifications, each with
-the source model's own parity group; a benchmark). Hence marked `docs` and run only with
+Times here, on 2 cores: runtime.md 4.3 minutes when the cores were otherwise idle (its three
+trainings 97 s, 26 s and 63 s), export.md about 8 minutes with other jobs running, serve.md
+70 s, providers.md 6 s, import.md about 12 minutes (three exports and two verifications, each
+with the source model's own parity group; a benchmark). Other jobs on the cores make training
+many times slower (the `reverse` training was at epoch 3 of 6 after 17 minutes under heavy
+load), hence the 40-minute limit per command. So the pages are marked `docs` and run only with
 EDGESEQ_DOCS_RUN=1 (`make test-docs`), not in `make test`. The guard test runs everywhere.
 """
 
