@@ -6,7 +6,7 @@ A page's steps, in page order:
 - each `$ command` line of a ```bash / ```sh / ```console or plain ``` block, the lines
   under it (up to the next `$ `) being the output the page shows (`...` in a line stands
   for any text; timing values such as `[ 12.3s]`, `4.1 s` or `9 ms`, and differences such as
-  `2.7e-06`, are compared as numbers of any value);
+  `2.7e-06` or `7e-08`, are compared as numbers of any value);
 - each ```python block, run with `python` in the working directory, compared with the
   ```text block that follows it, if any.
 
@@ -38,7 +38,7 @@ FENCES = {*SHELL_FENCES, ""}  # a plain ``` block of `$ ` lines is a shell sessi
 NOT_RUN = "# not run here"
 # Timing values, and measured differences in scientific notation (parity's max|Δ|, which vary
 # with the thread count): compared as any value. The verdict beside each (`ok`) is compared.
-TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b|\b\d\.\de[+-]\d\d\b")
+TIMING = re.compile(r"\[\s*\d+(\.\d+)?s\]|\b\d+(\.\d+)? ?(s|ms)\b|\b\d(\.\d)?e[+-]\d\d\b")
 
 
 @dataclass
@@ -57,6 +57,7 @@ def page_steps(name: str, text: str) -> list[Step]:
     """The steps of one Markdown page (see the module docstring), in page order."""
     steps: list[Step] = []
     fence, body, start, heredoc = None, [], 0, None
+    first = 0  # the index of the current block's first step: output belongs to its own block
     for number, line in enumerate(text.splitlines(), 1):
         if heredoc is not None:  # the body of a `<<'EOF'` command: part of the command
             steps[-1].text += "\n" + line
@@ -64,7 +65,7 @@ def page_steps(name: str, text: str) -> list[Step]:
             continue
         if fence is None:
             if match := re.match(r"```(\w*)\s*$", line):
-                fence, body, start = match.group(1), [], number
+                fence, body, start, first = match.group(1), [], number, len(steps)
             continue
         if line.startswith("```"):
             if fence == "python":
@@ -82,7 +83,7 @@ def page_steps(name: str, text: str) -> list[Step]:
             )
             if match := re.search(r"<<-?'?(\w+)'?\s*$", command):
                 heredoc = match.group(1)
-        elif fence in FENCES and steps and steps[-1].kind == "shell":
+        elif fence in FENCES and len(steps) > first and steps[-1].kind == "shell":
             steps[-1].output.append(line)
         else:
             body.append(line)
