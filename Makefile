@@ -42,7 +42,7 @@ test-ray: $(STAMP)
 # (d_model 512, 6 + 6 layers, 32,768 vocabulary rows, M2M-100 also with NLLB-200's 256,206;
 # random weights) and exported by the default command, its three parity levels against the
 # source model printed and checked (tests/test_families_realistic.py). Not part of `test`:
-# 5-6 min per family on 2 cores.
+# 5-6 min per family on 2 idle cores, 30 min at 256,206 rows on busy ones.
 test-families: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families tests/test_families_realistic.py
 

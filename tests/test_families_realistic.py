@@ -4,11 +4,12 @@ weights, exported by the default command `edgeseq export DIR --out BUNDLE`, whos
 parity levels against the source model (one call's logits, cached steps, the ids of the
 source's own `generate` greedy and beam 4) pass.
 
-Marker `families` (`make test-families`, 5-6 min per family on 2 cores; not in `make test`). The
-checkpoints are the fixture modules' builders at this shape; their tokenizers (trained here on
-the synthetic corpus) have a few hundred pieces, and the embedding is padded with random rows
-up to VOCAB_ROWS, rows every adapter maps and leaves without a token (as NLLB-200's and
-t5-small's files have some). Each test prints the export's output (the parity report lines).
+Marker `families` (`make test-families`, 5-6 min per family on 2 idle cores, 30 min for
+the 256,206-row M2M-100 on busy ones; not in `make test`). The checkpoints are the fixture
+modules' builders at this shape; their tokenizers (trained here on the synthetic corpus)
+have a few hundred pieces, and the embedding is padded with random rows up to VOCAB_ROWS,
+rows every adapter maps and leaves without a token (as NLLB-200's and t5-small's files have
+some). Each test prints the export's output (the parity report lines).
 """
 
 from __future__ import annotations
