@@ -3,11 +3,11 @@ runtime/web/edgeseq.mjs): the ids it forces after the target language, its outpu
 refusals equal Python's (`Generator.target_prefix`, `Generator.generate` with
 `GenerationOptions.target_prefix`, `Generator.resolve`).
 
-The outputs are compared on 300 inputs of each language family's copy-trained import
-(conftest.py's m2m_import, mbart50_import), run by onnxruntime-web (wasm) in Node.js, where
-`scripts/edge/setup.sh --npm` (or `make edge`) has installed it (skipped with the reason
-otherwise). The refusals and the forced ids use tests/edge/languages.mjs's stand-in decoder.
-Needs Node.js and the hf extra.
+The outputs are compared on 300 inputs of each family's copy-trained import (conftest.py's
+m2m_import and mbart50_import with two target languages, bart_import and t5_import), run
+by onnxruntime-web (wasm) in Node.js, where `scripts/edge/setup.sh --npm` (or `make edge`)
+has installed it (skipped with the reason otherwise). The refusals and the forced ids use
+tests/edge/languages.mjs's stand-in decoder. Needs Node.js and the hf extra.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from edgeseq.runtime.search import GenerationOptions
 
 pytestmark = pytest.mark.skipif(NODE is None, reason="Node.js is absent (apt install nodejs)")
 REPO = Path(__file__).parents[1]
-FAMILIES = ("m2m_import", "mbart50_import")
+FAMILIES = ("m2m_import", "mbart50_import", "bart_import", "t5_import")
 PREFIXES = ("Ship", "Ka Lo", "tone-77")
 JS_NAMES = {
     "target_prefix": "targetPrefix",
@@ -73,12 +73,14 @@ def onnxruntime_web() -> Path:
 
 
 def option_grid(gen: Generator) -> list[GenerationOptions]:
-    """The default and one other target language, each with every prefix of PREFIXES."""
-    languages = gen.bundle.languages
-    other = next(code for code in languages.codes if code != languages.default_target)
+    """The default and one other target language (a bundle with languages), each with every
+    prefix of PREFIXES."""
+    languages, targets = gen.bundle.languages, [None]
+    if languages is not None:
+        targets.append(next(c for c in languages.codes if c != languages.default_target))
     return [
         GenerationOptions(target_lang=lang, target_prefix=prefix, max_new_tokens=MAX_NEW)
-        for lang in (None, other)
+        for lang in targets
         for prefix in PREFIXES
     ]
 
