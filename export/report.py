@@ -49,11 +49,13 @@ def format_parity(report: dict[str, Any]) -> str:
     size = f"{level2['rows']} rows x {level2['steps']} steps"
     if "live_steps" in level2:  # a row's steps end at its </s> (older manifests: all steps)
         size = f"{level2['rows']} rows, {level2['live_steps']} steps to </s>"
-    # "bound" covers both comparisons; manifests before it bounded cached logits by `tol`
+    # "bound" covers both comparisons; older manifests: `tol` cached, "uncached_bound" uncached
+    cached_bound = level2.get("bound", tol)
     bound = level2.get("bound", level2.get("uncached_bound", tol))
     diff = level2["max_abs_diff_cached"]
-    cached_ok = diff <= (bound if "bound" in level2 else tol)
-    rows.append(("2", f"step logits vs cached torch ({size})", f"{diff:.1e}", ok(cached_ok)))
+    rows.append(
+        ("2", f"step logits vs cached torch ({size})", f"{diff:.1e}", ok(diff <= cached_bound))
+    )
     diff = level2["max_abs_diff_uncached"]
     rows.append(("2", f"step logits vs uncached torch ({size})", f"{diff:.1e}", ok(diff <= bound)))
     if "torch_cached_vs_uncached" in level2:

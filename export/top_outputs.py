@@ -26,8 +26,10 @@ from edgeseq.runtime.config import ModelConfig
 PREFIX = C.TOP_NODE_PREFIX  # names of the nodes and constants added here
 # Above this many vocabulary rows the normaliser's sum runs in float64. A float32 sum drops
 # the terms below half an ulp of the running total, and more such terms lose more: 256,206
-# rows (NLLB-200) put the log 4e-5 off per step and beam scores 2e-4 off the float64 logits
-# path; 58,101 (opus-mt) 1e-5. The float64 cast and sum cost about 20% of the normaliser.
+# rows (NLLB-200) put the log 3.5e-5 off per step and beam scores 2e-4 off the float64 logits
+# path; 58,101 (opus-mt) 1.2e-5. The float64 cast and sum double the normaliser's time (128
+# rows of 58,101: 6.5 -> 12.1 ms on one thread; benchmarks/normaliser_sum.py), so smaller
+# vocabularies keep float32.
 FLOAT64_SUM_ROWS = 65536
 
 
@@ -75,7 +77,7 @@ def add_top_outputs(proto: onnx.ModelProto, cfg: ModelConfig) -> None:
             helper.make_node("ReduceMax", [n("logits"), n("axis")], [n("max")], n("ReduceMax")),
             helper.make_node("Sub", [n("logits"), n("max")], [n("shifted")], n("Sub")),
             helper.make_node("Exp", [n("shifted")], [n("exp")], n("Exp")),
-            *_log_sum(n("exp"), n("axis"), n("log"), cfg.tgt_vocab_size > FLOAT64_SUM_ROWS),
+            *log_sum_nodes(n("exp"), n("axis"), n("log"), cfg.tgt_vocab_size > FLOAT64_SUM_ROWS),
             helper.make_node("Squeeze", [n("log"), n("rows")], [C.LOG_NORMALIZER], n("Squeeze")),
         ]
     )
@@ -88,7 +90,7 @@ def add_top_outputs(proto: onnx.ModelProto, cfg: ModelConfig) -> None:
     )
 
 
-def _log_sum(exp: str, axis: str, out: str, float64: bool) -> list[onnx.NodeProto]:
+def log_sum_nodes(exp: str, axis: str, out: str, float64: bool) -> list[onnx.NodeProto]:
     """Nodes computing `out` = log(ReduceSum(`exp`, `axis`)), the sum in float64 if asked."""
     if not float64:
         return [

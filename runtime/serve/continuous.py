@@ -18,11 +18,11 @@ each row's arg-max token, and answer every request whose last row ended
 (`</s>` or its token budget). Each row keeps its own position, budget (`max_new_tokens`),
 source and target language, forced prefix (`forced_target_ids`: taken with log-probability 0,
 as runtime/prefix.py forces it) and score, so requests with different greedy options and
-languages share the batch, and a row's tokens and
-score are those `Generator.generate` gives it (fp32; int8 quantizes activations over the
-batch, as whole-request batching does). Beam search and sampling stay on the whole-request
-`Batcher`: `SplitBatcher` routes each request to the one that runs it, and makes both queues
-(runtime/serve/queue.py) count against one `max_queue` limit.
+languages share the batch, and a row's tokens and score are those `Generator.generate` gives
+it (fp32; int8 quantizes activations over the batch, as whole-request batching does). Beam
+search and sampling stay on the whole-request `Batcher`: `SplitBatcher` routes each request
+to the one that runs it, and makes both queues (runtime/serve/queue.py) count against one
+`max_queue` limit.
 
 A request still queued past its deadline is dropped unrun; rows of a request past its
 deadline leave the batch (the server has answered 504). If a step fails, every request in
