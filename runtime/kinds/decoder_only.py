@@ -28,21 +28,24 @@ import onnxruntime as ort
 from .. import constants as C
 from ..bundle import Bundle, check_model_graph
 from ..config import ModelConfig
+from ..device_rows import DeviceRows
 from ..errors import InputTooLongError, OptionsError
 from ..generator import Generator, OpenOptions
 from ..providers import open_session
 from ..results import Result, Source
 from ..search import GenerationOptions
 
+Cache = tuple[np.ndarray | ort.OrtValue, ...]  # one (B, H, P, dh) tensor per layer
+
 
 @dataclass(frozen=True)
 class GPTState:
-    """The cache (L keys then L values, each float32 (B, H, P, dh)), its mask int64 (B, P),
-    each row's next position int64 (B,), and the prompt int64 (B, S) still to run (None once
-    run)."""
+    """The cache (L keys then L values, each float32 (B, H, P, dh): numpy arrays, or
+    OrtValues on the device for `OrtBoundGPTStep`), its mask int64 (B, P), each row's next
+    position int64 (B,), and the prompt int64 (B, S) still to run (None once run)."""
 
-    past_k: tuple[np.ndarray, ...]
-    past_v: tuple[np.ndarray, ...]
+    past_k: Cache
+    past_v: Cache
     mask: np.ndarray
     next_pos: np.ndarray
     prompt: np.ndarray | None
@@ -102,28 +105,85 @@ class OrtGPTStep:
             )
         full_mask = np.concatenate([state.mask, mask], axis=1)
         feeds = {C.INPUT_IDS: ids, C.ATTENTION_MASK: full_mask, C.POSITION_IDS: positions}
+        logits, past_k, past_v = self.run(feeds, state)
+        if last is not None:
+            logits = logits[np.arange(batch), last][:, None]  # (B, 1, V)
+        next_pos = positions.max(axis=1) + 1
+        new_state = GPTState(past_k, past_v, full_mask, next_pos, None)
+        return np.asarray(logits, dtype=np.float32), new_state
+
+    def run(self, feeds: dict[str, np.ndarray], state: GPTState) -> tuple[np.ndarray, Cache, Cache]:
+        """One graph run on `feeds` (ids, mask, positions) and `state`'s cache -> logits
+        (B, N, V) on the host and the presents, L keys and L values (B, H, P + N, dh)."""
+        feeds = dict(feeds)
         for i in range(self.layers):
             feeds[C.PAST_KEY % i] = state.past_k[i]
             feeds[C.PAST_VALUE % i] = state.past_v[i]
         logits, *presents = self.session.run(self.outputs, feeds)
-        if last is not None:
-            logits = logits[np.arange(batch), last][:, None]  # (B, 1, V)
-        next_pos = positions.max(axis=1) + 1
-        new_state = GPTState(
-            tuple(presents[0::2]), tuple(presents[1::2]), full_mask, next_pos, None
-        )
-        return np.asarray(logits, dtype=np.float32), new_state
+        return logits, tuple(presents[0::2]), tuple(presents[1::2])
+
+    def take_cache(self, state: GPTState, rows: np.ndarray) -> tuple[Cache, Cache]:
+        """Rows `rows` (int64 (B',)) of `state`'s cache: L keys and L values."""
+        return tuple(t[rows] for t in state.past_k), tuple(t[rows] for t in state.past_v)
 
     def select(self, state: GPTState, rows: np.ndarray) -> GPTState:
         """A state holding batch rows `rows` (int64 (B',), may repeat) of `state`."""
         idx = np.asarray(rows, dtype=np.int64)
+        past_k, past_v = self.take_cache(state, idx)
         return GPTState(
-            tuple(t[idx] for t in state.past_k),
-            tuple(t[idx] for t in state.past_v),
+            past_k,
+            past_v,
             state.mask[idx],
             state.next_pos[idx],
             None if state.prompt is None else state.prompt[idx],
         )
+
+
+class OrtBoundGPTStep(OrtGPTStep):
+    """OrtGPTStep whose cache lives on `device_type` ("cuda", or "cpu" for testing): the
+    presents are bound to device memory and fed back as the next step's past, rows are
+    gathered on the device (runtime/device_rows.py); the ids, mask, positions and logits
+    are what crosses to the host. The empty cache of `start` stays a host array."""
+
+    def __init__(
+        self,
+        session: ort.InferenceSession,
+        config: ModelConfig,
+        device_type: str = "cuda",
+        device_id: int = 0,
+    ) -> None:
+        super().__init__(session, config)
+        self.device_type, self.device_id = device_type, device_id
+        self.rows = DeviceRows.like(session, device_type, device_id)
+
+    def run(self, feeds: dict[str, np.ndarray], state: GPTState) -> tuple[np.ndarray, Cache, Cache]:
+        """`OrtGPTStep.run` with IO binding: the logits to the host, the presents on the
+        device."""
+        binding = self.session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array))
+        for i in range(self.layers):
+            for name, value in (
+                (C.PAST_KEY % i, state.past_k[i]),
+                (C.PAST_VALUE % i, state.past_v[i]),
+            ):
+                if isinstance(value, np.ndarray):
+                    binding.bind_cpu_input(name, value)
+                else:
+                    binding.bind_ortvalue_input(name, value)
+        binding.bind_output(C.LOGITS, "cpu")
+        for name in self.outputs[1:]:
+            binding.bind_output(name, self.device_type, self.device_id)
+        self.session.run_with_iobinding(binding)
+        logits, *presents = binding.get_outputs()  # in binding order
+        return logits.numpy(), tuple(presents[0::2]), tuple(presents[1::2])
+
+    def take_cache(self, state: GPTState, rows: np.ndarray) -> tuple[Cache, Cache]:
+        """Rows `rows` of the cache, gathered on the device (the empty cache on the host)."""
+        if state.past_len == 0:
+            return super().take_cache(state, rows)
+        cache = self.rows.gather([*state.past_k, *state.past_v], rows)
+        return tuple(cache[: self.layers]), tuple(cache[self.layers :])
 
 
 def open_model_graph(bundle: Bundle, how: OpenOptions) -> tuple[ort.InferenceSession, str]:
@@ -150,7 +210,11 @@ class GPTGenerator(Generator):
         """Open `model.onnx` of `how.variant` (see `Generator.load`); the search always runs
         in Python (a GPT bundle has no one-graph search variant)."""
         session, device = open_model_graph(bundle, how)
-        return cls(bundle, OrtGPTStep(session, bundle.config), device, None, "loop")
+        if device == "cuda":
+            step: OrtGPTStep = OrtBoundGPTStep(session, bundle.config, "cuda")
+        else:
+            step = OrtGPTStep(session, bundle.config)
+        return cls(bundle, step, device, None, "loop")
 
     def encode(self, text: str, truncate: bool = False, source_lang: str | None = None) -> Source:
         """Token ids of the normalised prompt (no `<s>`, no `</s>`; may be empty). The

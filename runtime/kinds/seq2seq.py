@@ -6,10 +6,12 @@ search variant), the step models that drive them, and `Seq2SeqGenerator`, which
     tokens = greedy_search(step_model, src_ids, max_new_tokens=50)
 
 `OrtStep` keeps the decoder state as numpy arrays (the CPU path). `OrtBoundStep` keeps the
-self-attention cache and the cross K/V as `OrtValue`s on the session's device and runs the
-decoder with IO binding, so on CUDA they stay on the GPU between steps; only the new ids go
-in and the logits come out each step. Inputs and outputs are fed and read by name
-(`runtime/constants.py`), never by position.
+self-attention cache, the cross K/V and the source mask as `OrtValue`s on the session's
+device and runs the decoder with IO binding, so on CUDA they stay on the GPU for the whole
+generation: present -> past is chained by binding, beam reordering and finished rows leaving
+are a Gather on the same device (runtime/device_rows.py), and only the new ids, the row
+indices and the search's outputs (top-k ids and scores, or the logits) cross to the host.
+Inputs and outputs are fed and read by name (`runtime/constants.py`), never by position.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import onnxruntime as ort
 from .. import constants as C
 from ..bundle import Bundle, check_graph_pair
 from ..config import ModelConfig
+from ..device_rows import DeviceRows
 from ..errors import BundleError
 from ..generator import Generator, OpenOptions
 from ..graph_search import GraphSearch
@@ -40,15 +43,17 @@ Values = tuple[ort.OrtValue, ...]  # one (B, H, T, dh) OrtValue per decoder laye
 @dataclass
 class OrtBoundState:
     """Decoder state as OrtValues on the device: cross K/V and cache, L-tuples of
-    (B, H, *, dh), and src_mask (B, S) bool. The empty cache of a new state is host arrays
-    (B, H, 0, dh): onnxruntime copies their zero bytes in, and never has to allocate an empty
-    device buffer."""
+    (B, H, *, dh), and src_mask (B, S) bool; source_rows (B,) int64 on the host, the encoder
+    row each state row came from (as `OrtState`'s). The empty cache of a new state is host
+    arrays (B, H, 0, dh): onnxruntime copies their zero bytes in, and never has to allocate
+    an empty device buffer."""
 
     cross_k: Values
     cross_v: Values
     src_mask: ort.OrtValue
     past_k: Values | Layers
     past_v: Values | Layers
+    source_rows: np.ndarray
 
     @property
     def batch(self) -> int:
@@ -64,8 +69,8 @@ class OrtBoundState:
 
 class OrtBoundStep(OrtStep):
     """OrtStep whose state lives on `device_type` ("cuda", or "cpu" for testing) and whose
-    runs use IO binding. Row selection (finished rows leaving, beam reordering) copies the
-    state to the host and back: OrtValue has no device-side gather."""
+    runs use IO binding. Row selection (finished rows leaving, beam reordering) gathers on
+    the device: the cache always, the cross K/V and mask only when rows change source."""
 
     def __init__(
         self,
@@ -77,6 +82,7 @@ class OrtBoundStep(OrtStep):
     ) -> None:
         super().__init__(encoder, decoder, config)
         self.device_type, self.device_id = device_type, device_id
+        self.rows = DeviceRows.like(decoder, device_type, device_id)
 
     def to_device(self, array: np.ndarray) -> ort.OrtValue:
         """Copy a numpy array to an OrtValue on this step's device."""
@@ -94,8 +100,10 @@ class OrtBoundStep(OrtStep):
         self.encoder.run_with_iobinding(binding)
         out = binding.get_outputs()  # in binding order
         cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
-        empty = self.empty_cache(src_ids.shape[0], _numpy_dtype(cross_k[0]))
-        return OrtBoundState(cross_k, cross_v, self.to_device(src_ids != self.pad_id), empty, empty)
+        batch = src_ids.shape[0]
+        empty = self.empty_cache(batch, _numpy_dtype(cross_k[0]))
+        src_mask = self.to_device(src_ids != self.pad_id)
+        return OrtBoundState(cross_k, cross_v, src_mask, empty, empty, np.arange(batch))
 
     def _decoded(  # type: ignore[override]
         self, state: OrtBoundState, input_ids: np.ndarray, heads: tuple[str, ...]
@@ -125,28 +133,28 @@ class OrtBoundStep(OrtStep):
         out = binding.get_outputs()  # in binding order
         layers, first = self.layers, len(heads)
         past_k, past_v = tuple(out[first : first + layers]), tuple(out[first + layers :])
-        new_state = OrtBoundState(state.cross_k, state.cross_v, state.src_mask, past_k, past_v)
+        new_state = OrtBoundState(
+            state.cross_k, state.cross_v, state.src_mask, past_k, past_v, state.source_rows
+        )
         return [value.numpy() for value in out[:first]], new_state
 
     def select(self, state: OrtBoundState, rows: np.ndarray) -> OrtBoundState:  # type: ignore[override]
-        """Gather batch rows (int64 (B',), may repeat) through a host round-trip."""
+        """Gather batch rows (int64 (B',), may repeat) on the device. Beam reordering within
+        each input keeps the cross K/V and mask as they are (see `OrtStep.select`)."""
         rows = np.asarray(rows, dtype=np.int64)
         if np.array_equal(rows, np.arange(state.batch)):
             return state
-
-        def take(values: Values | Layers) -> Values | Layers:
-            taken = [_host(v)[rows] for v in values]
-            if taken[0].shape[2] == 0:  # an empty cache stays on the host (see OrtBoundState)
-                return tuple(np.ascontiguousarray(t) for t in taken)
-            return tuple(self.to_device(t) for t in taken)
-
-        return OrtBoundState(
-            take(state.cross_k),  # type: ignore[arg-type]
-            take(state.cross_v),  # type: ignore[arg-type]
-            self.to_device(state.src_mask.numpy()[rows]),
-            take(state.past_k),
-            take(state.past_v),
-        )
+        source_rows = state.source_rows[rows]
+        cross_k, cross_v, src_mask = state.cross_k, state.cross_v, state.src_mask
+        if not np.array_equal(source_rows, state.source_rows):
+            *cross, src_mask = self.rows.gather([*cross_k, *cross_v, src_mask], rows)
+            cross_k, cross_v = tuple(cross[: self.layers]), tuple(cross[self.layers :])
+        if state.past_len == 0:  # the empty cache stays on the host (see OrtBoundState)
+            empty = self.empty_cache(len(rows), _numpy_dtype(cross_k[0]))
+            return OrtBoundState(cross_k, cross_v, src_mask, empty, empty, source_rows)
+        past = self.rows.gather([*state.past_k, *state.past_v], rows)  # type: ignore[list-item]
+        past_k, past_v = tuple(past[: self.layers]), tuple(past[self.layers :])
+        return OrtBoundState(cross_k, cross_v, src_mask, past_k, past_v, source_rows)
 
 
 ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
@@ -155,11 +163,6 @@ ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
 def _numpy_dtype(value: ort.OrtValue) -> type:
     """numpy dtype of a float OrtValue (float32 or float16)."""
     return ORT_TO_NUMPY.get(value.data_type(), np.float32)
-
-
-def _host(value: ort.OrtValue | np.ndarray) -> np.ndarray:
-    """A numpy array of `value` (copied from the device when it is an OrtValue there)."""
-    return value if isinstance(value, np.ndarray) else value.numpy()
 
 
 class Seq2SeqGenerator(Generator):
