@@ -51,10 +51,12 @@ def measure(
     beams: Sequence[int],
     passes: int,
     pattern: str = "pass",
+    reference: str = REFERENCE,
 ) -> dict[str, Any]:
     """Interleaved passes -> per cell, per engine: tokens/s of every pass and the per-pass
-    ratios to REFERENCE (median, lowest, highest). After an untimed warm-up (the first two
-    batches of each cell), each pass runs every cell (search x batch size) once per engine.
+    ratios to the engine named `reference` (median, lowest, highest). After an untimed
+    warm-up (the first two batches of each cell), each pass runs every cell (search x batch
+    size) once per engine.
     `pattern` "pass": each engine decodes all of a cell's batches in turn, in an order rotated
     by one engine per pass and per cell, so a load that changes during the run (a shared
     machine) favours no engine; "batch": the engines take turns batch by batch, in a random
@@ -86,10 +88,10 @@ def measure(
             say(f"{pattern} pattern, pass {index + 1}/{passes}: beam {beam}, batch {size}")
     out: dict[str, Any] = {}
     for (beam, size), by_engine in rates.items():
-        reference = by_engine[REFERENCE]
+        base = by_engine[reference]
         cell = {}
         for name, values in by_engine.items():
-            ratio = [v / r for v, r in zip(values, reference, strict=True)]
+            ratio = [v / r for v, r in zip(values, base, strict=True)]
             cell[name] = {
                 "tokens_per_s": values,
                 "ratio_per_pass": ratio,

@@ -76,8 +76,10 @@ def generate_batches(
     outputs, tokens = [], 0
     for batch in batches:
         width = max(map(len, batch))
-        ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch])
-        mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in batch])
+        device = getattr(model, "device", "cpu")  # a CUDA model takes its inputs there
+        ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch], device=device)
+        mask = [[1] * len(row) + [0] * (width - len(row)) for row in batch]
+        mask = torch.tensor(mask, device=device)
         with torch.inference_mode():
             out = model.generate(
                 input_ids=ids,

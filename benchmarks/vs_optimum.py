@@ -159,9 +159,10 @@ def source_ids(marian: Path, texts: list[str], bundle: Path) -> tuple[list, dict
 
 
 # -- reporting --------------------------------------------------------------------------------
-def identical(engines: list[Engine]) -> dict[str, dict[str, list[int]]]:
-    """Per cell, per engine: [inputs whose ids equal transformers', inputs] (last pass)."""
-    source = next(e for e in engines if e.name == SOURCE)
+def identical(engines: list[Engine], source_name: str = SOURCE) -> dict[str, dict[str, list[int]]]:
+    """Per cell, per engine: [inputs whose ids equal those of the engine named `source_name`
+    (transformers'), inputs] (last pass)."""
+    source = next(e for e in engines if e.name == source_name)
     result: dict[str, dict[str, list[int]]] = {}
     for (beam, size), reference in source.outputs.items():
         cell = result.setdefault(cell_name(beam, size), {})

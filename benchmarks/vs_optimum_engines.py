@@ -46,16 +46,26 @@ class Engine:
 
 
 class TransformersEngine(Engine):
-    """MarianMTModel.generate, PyTorch eager, in this process."""
+    """MarianMTModel.generate, PyTorch eager, in this process (on `device`, in `dtype`)."""
 
     name = SOURCE
 
-    def __init__(self, marian_dir: Path, pad: int, max_new: int) -> None:
+    def __init__(
+        self,
+        marian_dir: Path,
+        pad: int,
+        max_new: int,
+        device: str = "cpu",
+        dtype: str = "float32",
+        name: str = SOURCE,
+    ) -> None:
         super().__init__()
+        import torch
         from transformers import MarianMTModel
 
-        self.model = MarianMTModel.from_pretrained(marian_dir, local_files_only=True).eval()
-        self.pad, self.max_new = pad, max_new
+        model = MarianMTModel.from_pretrained(marian_dir, local_files_only=True).eval()
+        self.model = model.to(device=device, dtype=getattr(torch, dtype))
+        self.pad, self.max_new, self.name = pad, max_new, name
 
     def decode(self, batches, beam):
         return generate_batches(self.model, batches, beam, self.max_new, self.pad)
@@ -137,12 +147,23 @@ class Ct2Engine(Engine):
 class EdgeseqEngine(Engine):
     """edgeseq's `Generator` of one variant of the bundle, default options."""
 
-    def __init__(self, variant: str, bundle: Path, threads: int, texts: dict, max_new: int):
+    def __init__(
+        self,
+        variant: str,
+        bundle: Path,
+        threads: int,
+        texts: dict,
+        max_new: int,
+        provider: str = "cpu",
+        name: str = "",
+    ):
         super().__init__()
         from edgeseq.runtime.generator import Generator
 
-        self.name, self.max_new = f"edgeseq {variant}", max_new
-        self.generator = Generator.load(bundle, providers="cpu", threads=threads, variant=variant)
+        self.name, self.max_new = name or f"edgeseq {variant}", max_new
+        self.generator = Generator.load(
+            bundle, providers=provider, threads=threads, variant=variant
+        )
         self.text_of = texts  # Marian source ids (tuple) -> text
 
     def decode(self, batches, beam):

@@ -264,9 +264,10 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     default="auto",
     show_default=True,
     help="auto: greedy and beam search run in the bundle's one-graph search variant when "
-    "it has one (one onnxruntime call per batch) and a batch holds at most 8 hypotheses "
-    "(inputs x beam), else in the Python loop; graph: insist on "
-    "the variant; loop: always the Python loop. Sampling and --stream use the loop.",
+    "it has one (one onnxruntime call per batch): on CUDA always, on the CPU while a "
+    "batch's hypotheses (inputs x beam) times one decoder step's compute stay within a "
+    "budget (8 hypotheses on g2p-en), else in the Python loop; graph: insist on the "
+    "variant; loop: always the Python loop. Sampling and --stream use the loop.",
 )
 @click.option(
     "--target-lang", default=None, help="Target language code of a multilingual model's list."

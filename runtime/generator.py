@@ -162,9 +162,10 @@ class Generator:
         """Whether `generate` runs an engine batch of `rows` inputs (default
         options.batch_size) in the one-graph variant: with search "graph" whenever it is
         loaded and supports the options (no sampling); with "auto" also only while rows x
-        beam_size <= `graph_search.auto_graph_max_hypotheses` of the bundle's config (a
-        step-compute budget: larger batches and models run on the loop, which drops finished
-        inputs). Search "graph" with options it cannot run raises OptionsError."""
+        beam_size <= `graph_search.auto_graph_max_hypotheses` of the bundle's config and
+        device (on the CPU a step-compute budget: larger batches and models run on the loop,
+        which drops finished inputs; on CUDA no limit). Search "graph" with options it cannot
+        run raises OptionsError."""
         if not self.has_graph_search or self.search_mode == "loop":
             return False
         options = self.resolve(options)  # unset fields: the bundle's defaults
@@ -173,8 +174,11 @@ class Generator:
             raise OptionsError(f"search 'graph' cannot run these options: {reason}; use 'auto'")
         if reason is not None:
             return False
+        if self.search_mode == "graph":
+            return True
+        limit = auto_graph_max_hypotheses(self.config, self.device)
         held = (options.batch_size if rows is None else rows) * options.beam_size
-        return self.search_mode == "graph" or held <= auto_graph_max_hypotheses(self.config)
+        return limit is None or held <= limit
 
     @property
     def config(self) -> ModelConfig:

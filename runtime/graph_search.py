@@ -49,6 +49,11 @@ SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` take
 # level or ahead) and the loop from beam 4 batch 1 on (vs_ctranslate2.py: graph 0.82x vs
 # loop 1.56x of CTranslate2 fp32; graph_vs_loop.py, noisier, 0.97-1.14x).
 AUTO_GRAPH_MAX_STEP_MACS = 55_000_000
+# On CUDA the graph keeps the whole search on the GPU, and a step's compute costs little there:
+# "auto" takes it at every batch size. Measured on an H200 (opus-mt-sized Marian, 128 inputs,
+# tokens/s at batch 1 / 32 / 128, docs/gpu.md): graph greedy 600 / 10,661 / 22,308 vs the loop
+# 547 / 3,339 / 2,831; beam 4 345 / 2,885 / 3,093 vs 181 / 497 / 223.
+GRAPH_EVERYWHERE_DEVICES = ("cuda",)
 
 
 def step_macs(config: ModelConfig) -> int:
@@ -62,9 +67,12 @@ def step_macs(config: ModelConfig) -> int:
     return config.n_decoder_layers * per_layer + d * config.tgt_vocab_size
 
 
-def auto_graph_max_hypotheses(config: ModelConfig) -> int:
+def auto_graph_max_hypotheses(config: ModelConfig, device: str = "cpu") -> int | None:
     """The most hypotheses (inputs x beam_size) of an engine batch that search "auto" runs in
-    the one-graph variant for a model of `config`; 0 when it never does."""
+    the one-graph variant for a model of `config` on `device` ("cpu" or "cuda"); 0 when it
+    never does, None when there is no limit (CUDA)."""
+    if device in GRAPH_EVERYWHERE_DEVICES:
+        return None
     return AUTO_GRAPH_MAX_STEP_MACS // step_macs(config)
 
 

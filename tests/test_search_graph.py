@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from dataclasses import replace
@@ -151,6 +152,23 @@ def test_auto_rule_follows_the_step_compute() -> None:
     assert auto_graph_max_hypotheses(replace(d512, d_model=1024, d_ff=4096)) == 0
     deeper = replace(g2p, n_decoder_layers=12)
     assert auto_graph_max_hypotheses(deeper) < auto_graph_max_hypotheses(g2p)
+    assert auto_graph_max_hypotheses(d512, "cuda") is None  # no limit on a GPU
+
+
+def test_auto_takes_the_graph_at_every_batch_size_on_cuda(
+    graph_gen: Generator, monkeypatch
+) -> None:
+    """The rule is the generator's device's: the same bundle on CUDA runs beam 4 at batch
+    128 in the graph, where on the CPU (with g2p-en's budget of 8 hypotheses) it runs the
+    loop."""
+    budget = 8 * step_macs(graph_gen.config)
+    monkeypatch.setattr(graph_search, "AUTO_GRAPH_MAX_STEP_MACS", budget)
+    options = GenerationOptions(beam_size=4)
+    assert not graph_gen.uses_graph(options, 128)
+    on_gpu = copy.copy(graph_gen)
+    on_gpu.device = "cuda"
+    assert on_gpu.uses_graph(options, 128) and on_gpu.uses_graph(GenerationOptions(), 128)
+    assert not on_gpu.uses_graph(GenerationOptions(sample=True), 1)  # what it cannot run
 
 
 def test_ort_format_search_graph_equals_the_loop(search_bundle: Path) -> None:
