@@ -46,7 +46,7 @@ class TorchStep:
         self.device = torch.device(device)
         cfg = model.cfg
         self.max_len, self.vocab_size = cfg.max_len, cfg.tgt_vocab_size
-        self.bos_id, self.eos_id, self.pad_id = cfg.bos_id, cfg.eos_id, cfg.pad_id
+        self.bos_id, self.eos_id, self.pad_id = cfg.start_id, cfg.eos_id, cfg.pad_id
 
     @torch.inference_mode()
     def start(self, src_ids: np.ndarray) -> TorchState:

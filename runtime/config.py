@@ -26,7 +26,7 @@ ARCHITECTURE_CHOICES = ("encoder-decoder", "decoder-only", "encoder-only")
 
 # Fields added for imported models (export/sources); omitted from to_dict() at these defaults.
 IMPORT_DEFAULTS: dict[str, Any] = {"scale_embedding": True, "final_norm": None, "output_bias": None}
-IMPORT_DEFAULTS |= {"source_bos": False}
+IMPORT_DEFAULTS |= {"source_bos": False, "decoder_start_id": None}
 IMPORT_FIELDS = tuple(IMPORT_DEFAULTS)
 # Block options (T5 v1.1's RMS norm and gated feed-forward, BART's norm of the embeddings);
 # omitted at these defaults too.
@@ -75,6 +75,9 @@ class ModelConfig:
     final_norm: bool | None = None  # LayerNorm after each stack; None: in pre-norm only
     output_bias: bool | None = None  # output projection has a bias; None: when not tie_output
     source_bos: bool = False  # sources are `<s> tokens </s>` (BART's), not `tokens </s>`
+    # the token the decoder is fed first; None: bos_id. fairseq-numbered imports (M2M-100,
+    # NLLB, BART, mBART-50) start from </s>, so a generated <s> keeps its own embedding
+    decoder_start_id: int | None = None
     # Block options (docs/blocks.md), encoder-decoder only; omitted by to_dict() at defaults.
     norm_type: str = "layer"  # every norm: "layer" (LayerNorm) | "rms" (x / rms(x) * w, T5's)
     ffn: str = "plain"  # "plain": W2 act(W1 x) | "gated": W2 (act(W1 x) * W3 x), T5 v1.1's
@@ -93,6 +96,11 @@ class ModelConfig:
     def has_final_norm(self) -> bool:
         """Whether each stack ends with a LayerNorm: `final_norm`, by default in pre-norm."""
         return self.norm == "pre" if self.final_norm is None else self.final_norm
+
+    @property
+    def start_id(self) -> int:
+        """The token the decoder is fed first: `decoder_start_id`, by default `bos_id`."""
+        return self.bos_id if self.decoder_start_id is None else self.decoder_start_id
 
     @property
     def has_output_bias(self) -> bool:
@@ -185,6 +193,12 @@ class ModelConfig:
                 out.append(f"{name} must be an id below both vocabulary sizes, got {value!r}")
         if len(set(ids.values())) != len(ids):
             out.append(f"special token ids must be distinct, got {ids}")
+        start = self.decoder_start_id
+        tgt = self.tgt_vocab_size if isinstance(self.tgt_vocab_size, int) else 0
+        if start is not None and (
+            not isinstance(start, int) or isinstance(start, bool) or not 0 <= start < tgt
+        ):
+            out.append(f"decoder_start_id must be null or a target id, got {start!r}")
         return out
 
     def _relative_problems(self) -> list[str]:

@@ -61,7 +61,7 @@ class StepModel(Protocol):
 
     max_len: int  # positional table rows: past_len + new_len must stay <= max_len
     vocab_size: int  # target vocabulary size (logits width)
-    bos_id: int
+    bos_id: int  # the token search feeds first (ModelConfig.start_id)
     eos_id: int
     pad_id: int
 

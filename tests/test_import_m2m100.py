@@ -73,13 +73,14 @@ def test_config_rows_and_languages(nllb_dir: Path, source: Any) -> None:
     assert (cfg.positional, cfg.norm, cfg.has_final_norm, cfg.scale_embedding) == (
         "learned", "pre", True, True,
     )  # fmt: skip
-    assert not cfg.tie_output and not cfg.has_output_bias
+    assert cfg.tie_output and not cfg.has_output_bias  # one table: embedding and output
     shared = load_file(str(nllb_dir / "model.safetensors"))["model.shared.weight"]
     model = source.model
     assert torch.equal(model.src_embed.weight[0], shared[1])  # <pad> and <s> swapped
     assert torch.equal(model.src_embed.weight[1], shared[0])
-    assert torch.equal(model.tgt_embed.weight[1], shared[2])  # <s> embeds </s>: the start
-    assert torch.equal(model.output.weight[1], shared[0])  # while the output keeps <s>
+    assert torch.equal(model.tgt_embed.weight[1], shared[0])  # <s> keeps its row, and
+    assert cfg.start_id == cfg.eos_id == 2  # decoding starts from </s>, as the source's
+    assert torch.equal(model.output.weight[1], shared[0])
     assert torch.equal(model.output.weight[4:], shared[4:])
     languages = source.languages
     assert sorted(languages["codes"]) == sorted(LANGUAGES)
@@ -93,7 +94,7 @@ def test_logits_and_cached_steps_equal_the_source(source: Any) -> None:
     """Levels 1 and 2 against M2M100ForConditionalGeneration itself."""
     rng = np.random.default_rng(0)
     src = right_pad(inputs(source)[:8], 0)
-    tgt = right_pad([[1, *rng.integers(4, 500, n).tolist()] for n in (5, 1, 8, 3) * 2], 0)
+    tgt = right_pad([[2, *rng.integers(4, 500, n).tolist()] for n in (5, 1, 8, 3) * 2], 0)
     want = source.reference.logits(src, tgt).numpy()
     model, src_t, tgt_t = source.model, torch.as_tensor(src), torch.as_tensor(tgt)
     with torch.no_grad():
@@ -268,3 +269,34 @@ def test_refuses_another_model_type(
     with pytest.raises(SourceError, match="model_type is 'bart'; the m2m_100 adapter reads"):
         load(path)
     _export_fails(path, tmp_path / "out", "model_type is 'bart'", capsys, "--source", "m2m_100")
+
+
+def test_a_generated_bos_is_fed_back_as_the_source_feeds_it(
+    nllb_dir: Path, source: Any, tmp_path: Path
+) -> None:
+    """The source starts decoding from </s>; a <s> it generates mid-output is embedded as
+    <s> (the bundle's decoder_start_id is </s>, not a <s> row swapped for it). The checkpoint
+    is changed so that <s> outscores the token greedy search picks most often."""
+    sources = inputs(source)
+    lang = source.languages["codes"][TARGET]
+    step, src = ForcedPrefix(TorchStep(source.model), [[lang]]), right_pad(sources, 0)
+    counts = np.bincount([t for ids in greedy_search(step, src, MAX_NEW) for t in ids[1:]])
+    common = int(counts.argmax())  # in edgeseq ids: 0/1 swapped, others the source's
+    changed = tmp_path / "bos-emitting"
+    shutil.copytree(nllb_dir, changed)
+    weights = load_file(str(changed / "model.safetensors"))
+    for key in weights:
+        if key.endswith("shared.weight") or key.endswith("embed_tokens.weight"):
+            weights[key][0] = 1.3 * weights[key][common]  # the source's <s> (tied output)
+    from safetensors.torch import save_file
+
+    save_file(weights, str(changed / "model.safetensors"), metadata={"format": "pt"})
+    emitting = load(changed)
+    ref = emitting.reference
+    reference = type(ref)(ref.path, ref.model_class, (lang,))
+    step = ForcedPrefix(TorchStep(emitting.model), [[lang]])
+    greedy = greedy_search(step, src, MAX_NEW)
+    beam = [list(h[0].tokens) for h in beam_search(step, src, 4, MAX_NEW)]
+    assert sum(1 in ids[1:-1] for ids in greedy) >= 3  # <s> mid-output, then more tokens
+    assert reference.generate(sources, 1, MAX_NEW) == greedy
+    assert reference.generate(sources, 4, MAX_NEW) == beam

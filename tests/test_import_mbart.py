@@ -93,12 +93,14 @@ def test_config_and_weight_map(dirs: dict[str, Path], sources: dict[str, Any], f
         ("pre", True, True, False) if mbart else ("post", False, True, True)
     )
     assert (cfg.positional, cfg.scale_embedding, cfg.has_output_bias) == ("learned", mbart, True)
+    assert cfg.tie_output  # the output projection is the target embedding, plus the bias
     assert (cfg.src_vocab_size, cfg.max_len) == (hf["vocab_size"], hf["max_position_embeddings"])
     state = load_file(str(path / "model.safetensors"))
     shared = state["model.shared.weight"]
     assert torch.equal(model.src_embed.weight[1], shared[0])  # <pad> and <s> swapped
-    assert torch.equal(model.tgt_embed.weight[1], shared[2])  # <s> embeds </s>: the start
-    assert torch.equal(model.output.weight[1], shared[0])  # while the output keeps <s>
+    assert torch.equal(model.tgt_embed.weight[1], shared[0])  # <s> keeps its row, and
+    assert cfg.start_id == cfg.eos_id == 2  # decoding starts from </s>, as the source's
+    assert torch.equal(model.output.weight[1], shared[0])
     assert torch.equal(model.output.bias[4:], state["final_logits_bias"][0, 4:])
     for ours, side in ((model.src_pos, "encoder"), (model.tgt_pos, "decoder")):
         assert torch.equal(ours.table, state[f"model.{side}.embed_positions.weight"][2:])
@@ -119,7 +121,7 @@ def test_logits_and_cached_steps_equal_the_source(sources: dict[str, Any], famil
     """Levels 1 and 2 against BartForConditionalGeneration / MBartForConditionalGeneration."""
     source, rng = sources[family], np.random.default_rng(0)
     src = right_pad(inputs(source)[:8], 0)
-    tgt = right_pad([[1, *rng.integers(4, 300, n).tolist()] for n in (5, 1, 8, 3) * 2], 0)
+    tgt = right_pad([[2, *rng.integers(4, 300, n).tolist()] for n in (5, 1, 8, 3) * 2], 0)
     want = source.reference.logits(src, tgt).numpy()
     model, step, steps = source.model, TorchStep(source.model), []
     with torch.no_grad():

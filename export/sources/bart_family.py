@@ -11,10 +11,10 @@ transformers' own model.
 
 Ids: the source's `<s>` 0 and `<pad>` 1 swap places so that edgeseq's `<pad>` `<s>` `</s>`
 `<unk>` are 0..3; every other id is unchanged. These families start decoding from `</s>`
-(decoder_start_token_id): edgeseq's start token `<s>` (1) gets the `</s>` row in the target
-embedding while the output projection keeps the source's rows (the `<s>` row at column 1),
-so the output is untied. If the source generated `<s>` mid-output, edgeseq would embed it as
-`</s>` (parity level 3 would show it): the adapters refuse a forced `<s>`.
+(decoder_start_token_id): the bundle's `decoder_start_id` is `</s>` (`START_ID`), and every
+table keeps the source's rows, so a `<s>` the model generates mid-output is embedded as the
+source embeds it and decoding goes on as transformers' does; an output projection tied to
+the shared table in the source (`tie_word_embeddings`) stays tied, one table.
 """
 
 from __future__ import annotations
@@ -59,6 +59,9 @@ def read_hf_config(
             "fairseq's 1 / 2: not mapped"
         )
     return config
+
+
+START_ID = 2  # edgeseq's id of the source's decoder start, </s> (2 in both numberings)
 
 
 def source_rows(size: int) -> Tensor:
@@ -129,9 +132,7 @@ def fill_model(
     norms |= {"embed_norm": "layernorm_embedding"} if cfg.embedding_norm else {}
     with torch.no_grad():
         params["src_embed.weight"].copy_(table[rows])
-        start_rows = rows.clone()
-        start_rows[1] = config["decoder_start_token_id"]  # edgeseq's <s> embeds the start
-        params["tgt_embed.weight"].copy_(table[start_rows])
+        params["tgt_embed.weight"].copy_(table[rows])
         params["src_pos.table"].copy_(positions[0])
         params["tgt_pos.table"].copy_(positions[1])
         for side, short, layers, mapping in (
@@ -147,9 +148,8 @@ def fill_model(
                 name = f"{side}_{ours}" if ours == "norm" else f"{short}_{ours}"
                 for kind in ("weight", "bias"):
                     params[f"{name}.{kind}"].copy_(weights.take(f"model.{side}.{theirs}.{kind}"))
-        tied = bool(config["tie_word_embeddings"])
-        output = table if tied else weights.take("lm_head.weight")
-        params["output.weight"].copy_(output[rows])
+        if not cfg.tie_output:  # tied: the target embedding is the output projection
+            params["output.weight"].copy_(weights.take("lm_head.weight")[rows])
         if cfg.has_output_bias:
             params["output.bias"].copy_(weights.take("final_logits_bias").reshape(-1)[rows])
     return model.eval()
@@ -231,9 +231,9 @@ class SwappedReference:
 
     @torch.inference_mode()
     def logits(self, src_ids: Any, tgt_in: Any) -> Tensor:
-        """src_ids int64 (B, S) right-padded, tgt_in int64 (B, T) from `<s>`, edgeseq ids
-        (torch or numpy) -> float32 (B, T, V) in edgeseq ids. The leading `<s>` becomes the
-        source's decoder start `</s>`."""
+        """src_ids int64 (B, S) right-padded, tgt_in int64 (B, T) from the start token,
+        edgeseq ids (torch or numpy) -> float32 (B, T, V) in edgeseq ids. The leading token
+        is read as the source's decoder start `</s>` whatever it is."""
         src = torch.as_tensor(src_ids, dtype=torch.int64)
         tgt = swap_ids(torch.as_tensor(tgt_in, dtype=torch.int64))
         tgt[:, 0] = self.model.config.decoder_start_token_id

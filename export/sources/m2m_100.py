@@ -15,11 +15,8 @@ pad + max_position_embeddings are stored as a learned table (positional "learned
 
 Ids (m2m_100_tokenizer.py): the source's `<s>` 0 and `<pad>` 1 swap places so that edgeseq's
 `<pad>` `<s>` `</s>` `<unk>` are 0..3; every other id is unchanged. M2M-100 starts decoding
-from `</s>` (decoder_start_token_id): edgeseq's start token `<s>` (1) therefore gets the
-`</s>` row in the target embedding while the output projection keeps the source's rows (the
-`<s>` row at column 1), so the output is untied (one more vocabulary x d_model table). One
-consequence: if the source ever generated `<s>` mid-output, edgeseq would embed it as `</s>`
-(NLLB and M2M-100 are not trained to emit `<s>`; parity level 3 would show it).
+from `</s>` (decoder_start_token_id), the bundle's `decoder_start_id`: a `<s>` the model
+generates mid-output keeps its own embedding, as in the source.
 
 The target language is forced as the first generated token (runtime/prefix.py), with
 log-probability 0 as transformers' forced_bos_token_id gives it; the reference's `generate`
@@ -46,6 +43,7 @@ from edgeseq.runtime.config import ModelConfig
 from . import SourceError, SourceModel
 from .bart_family import (
     ACTIVATIONS,
+    START_ID,
     FairseqWeights,
     SwappedReference,
     check_tokenizer,
@@ -105,9 +103,10 @@ def model_config(config: dict[str, Any]) -> ModelConfig:
         positional="learned",
         norm="pre",
         activation=ACTIVATIONS[config["activation_function"]],
-        tie_output=False,
+        tie_output=bool(config["tie_word_embeddings"]),
         scale_embedding=bool(config["scale_embedding"]),
         output_bias=False,
+        decoder_start_id=START_ID,
     ).validate()
 
 

@@ -40,6 +40,7 @@ from edgeseq.runtime.config import ModelConfig
 from . import SourceError, SourceModel
 from .bart_family import (
     ACTIVATIONS,
+    START_ID,
     FairseqWeights,
     SwappedReference,
     check_tokenizer,
@@ -100,8 +101,8 @@ def read_config(path: Path) -> dict[str, Any]:
             if forced is not None:
                 raise SourceError(
                     f"{file.name} forced_bos_token_id is {forced} (BART forcing <s> first) and "
-                    "edgeseq cannot feed a generated <s> back: not mapped; fine-tune without "
-                    "it or set it to null if the model does not need it"
+                    "edgeseq forces a first token only for a model with a language list: not "
+                    "mapped; fine-tune without it or set it to null if the model does not need it"
                 )
     return config
 
@@ -134,11 +135,12 @@ def model_config(config: dict[str, Any]) -> ModelConfig:
         positional="learned",
         norm="pre" if mbart else "post",
         activation=ACTIVATIONS[config["activation_function"]],
-        tie_output=False,
+        tie_output=bool(config["tie_word_embeddings"]),
         scale_embedding=bool(config["scale_embedding"]),
         output_bias=True,
         embedding_norm=True,
         source_bos=not mbart,
+        decoder_start_id=START_ID,
     ).validate()
 
 

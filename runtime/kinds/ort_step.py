@@ -55,7 +55,9 @@ class OrtStep:
     ) -> None:
         self.encoder, self.decoder, self.config = encoder, decoder, config
         self.max_len, self.vocab_size = config.max_len, config.tgt_vocab_size
-        self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
+        # bos_id: the token search feeds first (config.start_id, <s> unless the model starts
+        # from another token)
+        self.bos_id, self.eos_id, self.pad_id = config.start_id, config.eos_id, config.pad_id
         self.cache_dtype = np.float32
         layers = self.layers = config.n_decoder_layers
         self.encoder_outputs = C.encoder_outputs(layers)

@@ -157,7 +157,7 @@ class StepBatcher:
         """Run `text` through a batch of its own (the first runs of the steps graph allocate)."""
         batch, row = LiveBatch(self.steps), self.generator.encode(text, truncate=True)
         batch.join([row.ids])
-        batch.step(np.array([self.generator.config.bos_id]))
+        batch.step(np.array([self.generator.config.start_id]))
 
     # -- the loop ---------------------------------------------------------------------------
     def _work(self) -> None:
@@ -238,7 +238,7 @@ class StepBatcher:
         job.results = [Result.skipped_result(s) if s.skipped else None for s in sources]
         budget = step_budget(gen.step_model, options.max_new_tokens)
         rows = [
-            Row(job, i, s, budget, gen.config.bos_id, forced)
+            Row(job, i, s, budget, gen.config.start_id, forced)
             for i, s in enumerate(sources)
             if not s.skipped
         ]

@@ -261,7 +261,7 @@ export class Bundle {
       for (const { name } of this.decoderIn[family]) feeds[name] = empty;
     }
     const out = [];
-    let last = this.model.bos_id;
+    let last = this.model.decoder_start_id ?? this.model.bos_id; // the first token fed
     const inputName = this.decoderIn.input_ids[0].name;
     const logitsName = this.decoderOut.logits[0].name;
     const budget = this.budget(maxNewTokens);

@@ -92,7 +92,7 @@ def level2_steps(
         memory = model.encode(src_t, keep)
         cross_k, cross_v = model.cross_kv(memory)
         past_k, past_v = model.empty_cache(rows, memory)
-        tokens = np.full((rows, 1), cfg.bos_id, dtype=np.int64)
+        tokens = np.full((rows, 1), cfg.start_id, dtype=np.int64)
         ended = np.zeros(rows, dtype=bool)
         ort_steps, cached_diffs, torch_steps, live_steps = [], [], [], []
         for _ in range(steps):

@@ -273,7 +273,7 @@ def search_model(
         name="beam_search",
         domain=MS_DOMAIN,
         model_type=1,
-        decoder_start_token_id=cfg.bos_id,
+        decoder_start_token_id=cfg.start_id,
         eos_token_id=cfg.eos_id,
         pad_token_id=C.SEARCH_OUTPUT_PAD,  # no token id: a generated <pad> stays visible
         early_stopping=1,  # an input is done with num_beams finished hypotheses
