@@ -38,13 +38,19 @@ def format_parity(report: dict[str, Any]) -> str:
         for name, diff in level1["max_abs_diff"].items():
             check = f"{level1['graph']} {name} max|Δ| ({level1['cases']} shapes)"
             rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
+    bounds = level1.get("bound", {})  # manifests before it: the tolerance alone
     for name in C.ENCODER_FAMILIES + C.DECODER_FAMILIES:
         if name in level1["max_abs_diff"] and "graph" not in level1:
             diff = level1["max_abs_diff"][name]
             graph = "encoder" if name in C.ENCODER_FAMILIES else "decoder"
             label = f"{name}.*" if name in C.KV_FAMILIES else name  # every layer's tensor
             check = f"{graph} {label} max|Δ| ({level1[f'{graph}_cases']} shapes)"
-            rows.append(("1", check, f"{diff:.1e}", ok(diff <= tol)))
+            rows.append(("1", check, f"{diff:.1e}", ok(diff <= bounds.get(name, tol))))
+            if name in level1.get("float64_noise", {}):
+                noise = level1["float64_noise"][name]
+                factor = level1["noise_factor"]
+                check = f"  bound: {tol:.0e} + {factor:g} x torch's float32 error {noise:.1e}"
+                rows.append(("1", check, f"{bounds[name]:.1e}", ""))
     level2 = report["level2"]
     size = f"{level2['rows']} rows x {level2['steps']} steps"
     if "live_steps" in level2:  # a row's steps end at its </s> (older manifests: all steps)
@@ -68,6 +74,10 @@ def format_parity(report: dict[str, Any]) -> str:
                 "",
             )
         )
+    if "float64_noise" in level2:
+        noise, factor = level2["float64_noise"], level2["noise_factor"]
+        check = f"  or {tol:.0e} + {factor:g} x torch's float32 error {noise:.1e}"
+        rows.append(("2", check, f"{bound:.1e}", ""))
     level3 = report["level3"]
     check = f"identical greedy sequences ({level3.get('source', '?')})"
     greedy_ok = level3["identical"] == level3["inputs"]
