@@ -13,6 +13,14 @@ become float16, while
 - `Softmax`, `LayerNormalization` (numerically sensitive: exponent and variance) and the
   output projection computing `logits` stay float32, with Casts around them.
 
+The converter inserts one Cast per float32 node reading a float16 tensor, named after the
+tensor: a tensor that several such nodes read (an initializer the exporter shares between
+layers, such as the LayerNorm weights of a model whose norms all hold ones) gets identical
+Casts with one name and one output, which onnxruntime refuses ("two nodes with same node
+name"). `merge_duplicate_casts` keeps the first of each; every reader then reads its output.
+`check_loads` opens each written graph on onnxruntime's CPU provider and raises
+`GraphLoadError` when one does not load, so that export never writes a graph it cannot open.
+
 **ORT format** goes through onnxruntime's own converter
 (`onnxruntime.tools.convert_onnx_models_to_ort`, the "Fixed" optimization style at level
 "all", layout transformations that are specific to one CPU left out), which also writes
@@ -32,11 +40,18 @@ from pathlib import Path
 
 import onnx
 
+from edgeseq.runtime.errors import EdgeseqError
+from edgeseq.runtime.providers import gpu_present
+
 from .quantize import logits_nodes
 from .top_outputs import strip_top_outputs
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
 REQUIRED_OPERATORS_FILE = "required_operators.config"
+FP16_CPU_NOTE = (
+    "gate measured on onnxruntime's CPU provider, which runs the fp16 nodes it has no fp16 "
+    "kernel for in fp32 (inserted Casts)"
+)
 
 
 def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
@@ -57,8 +72,66 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
         op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP16_KEPT_OPS],
         node_block_list=kept_nodes,
     )
+    merge_duplicate_casts(converted.graph)
     onnx.save(converted, str(target))
     return kept_nodes
+
+
+def merge_duplicate_casts(graph: onnx.GraphProto) -> int:
+    """Drop from `graph` each Cast node identical to an earlier one (name, input, output and
+    target type) and each repeated `value_info` entry; return the number of Casts dropped.
+    The readers of the dropped Casts' output read the kept one's, which has the same name."""
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...], bytes]] = set()
+    nodes = []
+    for node in graph.node:
+        if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+            key = (node.name, tuple(node.input), tuple(node.output), _attributes(node))
+            if key in seen:
+                continue
+            seen.add(key)
+        nodes.append(node)
+    dropped = len(graph.node) - len(nodes)
+    if dropped:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        infos = list({info.name: info for info in reversed(graph.value_info)}.values())[::-1]
+        del graph.value_info[:]
+        graph.value_info.extend(infos)
+    return dropped
+
+
+def _attributes(node: onnx.NodeProto) -> bytes:
+    """The serialized attributes of `node`, in name order (a comparable key)."""
+    return b"".join(a.SerializeToString() for a in sorted(node.attribute, key=lambda a: a.name))
+
+
+class GraphLoadError(EdgeseqError):
+    """onnxruntime cannot load a graph the exporter wrote."""
+
+
+def check_loads(paths: Sequence[str | Path], variant: str) -> None:
+    """Open each graph file in `paths` (the `variant`'s) on onnxruntime's CPU provider;
+    GraphLoadError naming the first that does not load, with onnxruntime's reason."""
+    import onnxruntime as ort
+
+    for path in paths:
+        try:
+            ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            reason = " ".join(str(exc).split())
+            raise GraphLoadError(
+                f"the {variant} graph {Path(path).name} does not load in onnxruntime "
+                f"{ort.__version__} (CPU provider): {reason}; export without {variant} and "
+                "report this"
+            ) from None
+
+
+def fp16_note() -> str:
+    """The fp16 entry's note on a gated variant: where the gate ran and what it leaves
+    unchecked (the numerics of the CUDA provider, where fp16 is meant to run)."""
+    if gpu_present():
+        return f"{FP16_CPU_NOTE}; CUDA numerics not checked: the gate runs on the CPU provider"
+    return f"{FP16_CPU_NOTE}; CUDA numerics not checked: no GPU"
 
 
 @contextlib.contextmanager
