@@ -6,6 +6,8 @@ onnxruntime's CPU provider and generates through `Generator.load(..., variant="f
 - An untrained M2M-100 import: its LayerNorm weights all hold ones and its biases zeros, so
   the exporter shares one initializer between the layers, which onnxruntime's float16
   converter once cast twice under one node name (a file onnxruntime refuses).
+- GPT and BERT: conftest.py's trained checkpoints (`gpt_case`, `bert_case`) exported with
+  fp16.
 """
 
 from __future__ import annotations
@@ -83,3 +85,21 @@ def test_shared_initializers_get_one_cast(untrained_m2m) -> None:
         outputs = Counter(o for n in graph.node for o in n.output)
         assert max(names.values()) == 1 and max(outputs.values()) == 1, path.name
     check_fp16_bundle(bundle, INPUTS)
+
+
+@pytest.mark.parametrize("fixture", ["gpt_case", "bert_case"])
+def test_gpt_and_bert_fp16_graphs_load_and_generate(fixture: str, request, tmp_path) -> None:
+    from edgeseq.export.options import ExportOptions
+    from edgeseq.export.pipeline import export_checkpoint
+    from edgeseq.export.variants import VariantOptions
+
+    case = request.getfixturevalue(fixture)
+    variants = VariantOptions(("fp32", "fp16"), max_metric_drop=100.0)
+    manifest = export_checkpoint(
+        case["run"], tmp_path / "b", ExportOptions(inputs=20, variants=variants)
+    )
+    entry = manifest["variants"]["fp16"]
+    assert entry["model"] == "model.fp16.onnx" and entry["precision"] == "fp16"
+    assert entry["verified"] and entry["gate"]["passed"]
+    assert "CUDA numerics not checked: " in entry["note"]
+    check_fp16_bundle(tmp_path / "b", ["abc", "hello"])
