@@ -10,8 +10,11 @@ become float16, while
 - the graph inputs and outputs keep their types (`keep_io_types`): the decoder still takes
   and returns a float32 cache, so the runtime feeds every variant the same way; Casts at the
   graph boundary convert;
-- `Softmax`, `LayerNormalization` (numerically sensitive: exponent and variance) and the
-  output projection computing `logits` stay float32, with Casts around them.
+- `Softmax`, `LayerNormalization` (numerically sensitive: exponent and variance), the
+  output projection computing `logits` and the nodes computing the search's outputs from
+  them (`topk_ids`, `topk_logits`, `log_normalizer`: export/top_outputs.py) stay float32,
+  with Casts around them; where one float32 node reads another's output it reads it
+  unrounded (`skip_cast_round_trips`), so the logits and the top-k are float32 values.
 
 The converter inserts one Cast per float32 node reading a float16 tensor, named after the
 tensor: a tensor that several such nodes read (an initializer the exporter shares between
@@ -40,13 +43,14 @@ from pathlib import Path
 
 import onnx
 
+from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.providers import gpu_present
 
 from .quantize import logits_nodes
-from .top_outputs import strip_top_outputs
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
+SUBGRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # If, Loop, Scan bodies
 REQUIRED_OPERATORS_FILE = "required_operators.config"
 FP16_CPU_NOTE = (
     "gate measured on onnxruntime's CPU provider, which runs the fp16 nodes it has no fp16 "
@@ -56,16 +60,14 @@ FP16_CPU_NOTE = (
 
 def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     """Write the float16 version of graph `source` to `target` (float32 inputs and outputs
-    kept, the search's outputs left out); return the names of the nodes kept in float32 by
-    name (the logits projection)."""
+    kept); return the names of the nodes kept in float32 by name: the logits projection and
+    the nodes computing the search's outputs from the logits (export/top_outputs.py), so
+    that TopK ranks the float32 logits as in the float32 graph."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     model = onnx.load(str(source))
-    # Without the search's outputs: the converter casts around each kept node, so a chain of
-    # them would go through float16 anyway (and breaks on a tensor two kept nodes read);
-    # fp16 graphs give the searches their logits (docs/bundle.md).
-    strip_top_outputs(model.graph)
-    kept_nodes = sorted(logits_nodes(model))
+    top = {node.name for node in model.graph.node if node.name.startswith(C.TOP_NODE_PREFIX)}
+    kept_nodes = sorted(logits_nodes(model) | top)
     converted = convert_float_to_float16(
         model,
         keep_io_types=True,
@@ -73,6 +75,7 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
         node_block_list=kept_nodes,
     )
     merge_duplicate_casts(converted.graph)
+    skip_cast_round_trips(converted.graph)
     onnx.save(converted, str(target))
     return kept_nodes
 
@@ -98,6 +101,59 @@ def merge_duplicate_casts(graph: onnx.GraphProto) -> int:
         del graph.value_info[:]
         graph.value_info.extend(infos)
     return dropped
+
+
+def skip_cast_round_trips(graph: onnx.GraphProto) -> int:
+    """Let the float32 readers of a float32-kept node's output read it unrounded; return the
+    number of round trips skipped. The converter casts such an output to float16 and each
+    float32 reader's input back (`X_cast_to_fp16` -> Cast -> `X` -> Cast -> `X_cast_to_fp32`),
+    which rounds what two kept nodes pass each other: the logits on their way to the graph
+    output and to the search's outputs, and every step between those. Each Cast back becomes
+    an Identity of the float32 tensor (its output name kept); a float16 Cast that nothing
+    reads any more is dropped."""
+    producer = {out: node for node in graph.node for out in node.output}
+    nodes, skipped = [], 0
+    for node in graph.node:
+        before = producer.get(node.input[0]) if _is_cast(node, onnx.TensorProto.FLOAT) else None
+        if before is not None and _is_converter_fp16_cast(before):
+            node = onnx.helper.make_node("Identity", [before.input[0]], node.output, node.name)
+            skipped += 1
+        nodes.append(node)
+    read = {name for node in nodes for name in _inputs(node)} | {o.name for o in graph.output}
+    nodes = [n for n in nodes if not (_is_converter_fp16_cast(n) and n.output[0] not in read)]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    produced = {name for node in nodes for name in node.output}
+    infos = [info for info in graph.value_info if info.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
+    return skipped
+
+
+def _is_cast(node: onnx.NodeProto, to: int) -> bool:
+    """Whether `node` is an ONNX Cast to element type `to`."""
+    if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+        return False
+    return any(a.name == "to" and a.i == to for a in node.attribute)
+
+
+def _is_converter_fp16_cast(node: onnx.NodeProto) -> bool:
+    """Whether `node` is a Cast the float16 converter put after a float32-kept node's output
+    (named `OUTPUT_cast_to_fp16_node`, reading the float32 `OUTPUT_cast_to_fp16`)."""
+    return (
+        _is_cast(node, onnx.TensorProto.FLOAT16)
+        and node.name.endswith("_cast_to_fp16_node")
+        and node.input[0] == node.name.removesuffix("_node")
+    )
+
+
+def _inputs(node: onnx.NodeProto) -> Iterator[str]:
+    """The tensor names `node` reads, those of its subgraphs' nodes included."""
+    yield from node.input
+    for attribute in node.attribute:
+        for graph in [attribute.g, *attribute.graphs] if attribute.type in SUBGRAPHS else []:
+            for inner in graph.node:
+                yield from _inputs(inner)
 
 
 def _attributes(node: onnx.NodeProto) -> bytes:
