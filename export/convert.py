@@ -10,8 +10,19 @@ become float16, while
 - the graph inputs and outputs keep their types (`keep_io_types`): the decoder still takes
   and returns a float32 cache, so the runtime feeds every variant the same way; Casts at the
   graph boundary convert;
-- `Softmax`, `LayerNormalization` (numerically sensitive: exponent and variance) and the
-  output projection computing `logits` stay float32, with Casts around them.
+- `Softmax`, `LayerNormalization` (numerically sensitive: exponent and variance), the
+  output projection computing `logits` and the nodes computing the search's outputs from
+  them (`topk_ids`, `topk_logits`, `log_normalizer`: export/top_outputs.py) stay float32,
+  with Casts around them; where one float32 node reads another's output it reads it
+  unrounded (`skip_cast_round_trips`), so the logits and the top-k are float32 values.
+
+The converter inserts one Cast per float32 node reading a float16 tensor, named after the
+tensor: a tensor that several such nodes read (an initializer the exporter shares between
+layers, such as the LayerNorm weights of a model whose norms all hold ones) gets identical
+Casts with one name and one output, which onnxruntime refuses ("two nodes with same node
+name"). `merge_duplicate_casts` keeps the first of each; every reader then reads its output.
+`check_loads` opens each written graph on onnxruntime's CPU provider and raises
+`GraphLoadError` when one does not load, so that export never writes a graph it cannot open.
 
 **ORT format** goes through onnxruntime's own converter
 (`onnxruntime.tools.convert_onnx_models_to_ort`, the "Fixed" optimization style at level
@@ -32,33 +43,151 @@ from pathlib import Path
 
 import onnx
 
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.errors import EdgeseqError
+from edgeseq.runtime.providers import gpu_present
+
 from .quantize import logits_nodes
-from .top_outputs import strip_top_outputs
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
+SUBGRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # If, Loop, Scan bodies
 REQUIRED_OPERATORS_FILE = "required_operators.config"
+FP16_CPU_NOTE = (
+    "gate measured on onnxruntime's CPU provider, which runs the fp16 nodes it has no fp16 "
+    "kernel for in fp32 (inserted Casts)"
+)
 
 
 def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     """Write the float16 version of graph `source` to `target` (float32 inputs and outputs
-    kept, the search's outputs left out); return the names of the nodes kept in float32 by
-    name (the logits projection)."""
+    kept); return the names of the nodes kept in float32 by name: the logits projection and
+    the nodes computing the search's outputs from the logits (export/top_outputs.py), so
+    that TopK ranks the float32 logits as in the float32 graph."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     model = onnx.load(str(source))
-    # Without the search's outputs: the converter casts around each kept node, so a chain of
-    # them would go through float16 anyway (and breaks on a tensor two kept nodes read);
-    # fp16 graphs give the searches their logits (docs/bundle.md).
-    strip_top_outputs(model.graph)
-    kept_nodes = sorted(logits_nodes(model))
+    top = {node.name for node in model.graph.node if node.name.startswith(C.TOP_NODE_PREFIX)}
+    kept_nodes = sorted(logits_nodes(model) | top)
     converted = convert_float_to_float16(
         model,
         keep_io_types=True,
         op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP16_KEPT_OPS],
         node_block_list=kept_nodes,
     )
+    merge_duplicate_casts(converted.graph)
+    skip_cast_round_trips(converted.graph)
     onnx.save(converted, str(target))
     return kept_nodes
+
+
+def merge_duplicate_casts(graph: onnx.GraphProto) -> int:
+    """Drop from `graph` each Cast node identical to an earlier one (name, input, output and
+    target type) and each repeated `value_info` entry; return the number of Casts dropped.
+    The readers of the dropped Casts' output read the kept one's, which has the same name."""
+    seen: set[tuple[str, tuple[str, ...], tuple[str, ...], bytes]] = set()
+    nodes = []
+    for node in graph.node:
+        if node.op_type == "Cast" and node.domain in ("", "ai.onnx"):
+            key = (node.name, tuple(node.input), tuple(node.output), _attributes(node))
+            if key in seen:
+                continue
+            seen.add(key)
+        nodes.append(node)
+    dropped = len(graph.node) - len(nodes)
+    if dropped:
+        del graph.node[:]
+        graph.node.extend(nodes)
+        infos = list({info.name: info for info in reversed(graph.value_info)}.values())[::-1]
+        del graph.value_info[:]
+        graph.value_info.extend(infos)
+    return dropped
+
+
+def skip_cast_round_trips(graph: onnx.GraphProto) -> int:
+    """Let the float32 readers of a float32-kept node's output read it unrounded; return the
+    number of round trips skipped. The converter casts such an output to float16 and each
+    float32 reader's input back (`X_cast_to_fp16` -> Cast -> `X` -> Cast -> `X_cast_to_fp32`),
+    which rounds what two kept nodes pass each other: the logits on their way to the graph
+    output and to the search's outputs, and every step between those. Each Cast back becomes
+    an Identity of the float32 tensor (its output name kept); a float16 Cast that nothing
+    reads any more is dropped."""
+    producer = {out: node for node in graph.node for out in node.output}
+    nodes, skipped = [], 0
+    for node in graph.node:
+        before = producer.get(node.input[0]) if _is_cast(node, onnx.TensorProto.FLOAT) else None
+        if before is not None and _is_converter_fp16_cast(before):
+            node = onnx.helper.make_node("Identity", [before.input[0]], node.output, node.name)
+            skipped += 1
+        nodes.append(node)
+    read = {name for node in nodes for name in _inputs(node)} | {o.name for o in graph.output}
+    nodes = [n for n in nodes if not (_is_converter_fp16_cast(n) and n.output[0] not in read)]
+    del graph.node[:]
+    graph.node.extend(nodes)
+    produced = {name for node in nodes for name in node.output}
+    infos = [info for info in graph.value_info if info.name in produced]
+    del graph.value_info[:]
+    graph.value_info.extend(infos)
+    return skipped
+
+
+def _is_cast(node: onnx.NodeProto, to: int) -> bool:
+    """Whether `node` is an ONNX Cast to element type `to`."""
+    if node.op_type != "Cast" or node.domain not in ("", "ai.onnx"):
+        return False
+    return any(a.name == "to" and a.i == to for a in node.attribute)
+
+
+def _is_converter_fp16_cast(node: onnx.NodeProto) -> bool:
+    """Whether `node` is a Cast the float16 converter put after a float32-kept node's output
+    (named `OUTPUT_cast_to_fp16_node`, reading the float32 `OUTPUT_cast_to_fp16`)."""
+    return (
+        _is_cast(node, onnx.TensorProto.FLOAT16)
+        and node.name.endswith("_cast_to_fp16_node")
+        and node.input[0] == node.name.removesuffix("_node")
+    )
+
+
+def _inputs(node: onnx.NodeProto) -> Iterator[str]:
+    """The tensor names `node` reads, those of its subgraphs' nodes included."""
+    yield from node.input
+    for attribute in node.attribute:
+        for graph in [attribute.g, *attribute.graphs] if attribute.type in SUBGRAPHS else []:
+            for inner in graph.node:
+                yield from _inputs(inner)
+
+
+def _attributes(node: onnx.NodeProto) -> bytes:
+    """The serialized attributes of `node`, in name order (a comparable key)."""
+    return b"".join(a.SerializeToString() for a in sorted(node.attribute, key=lambda a: a.name))
+
+
+class GraphLoadError(EdgeseqError):
+    """onnxruntime cannot load a graph the exporter wrote."""
+
+
+def check_loads(paths: Sequence[str | Path], variant: str) -> None:
+    """Open each graph file in `paths` (the `variant`'s) on onnxruntime's CPU provider;
+    GraphLoadError naming the first that does not load, with onnxruntime's reason."""
+    import onnxruntime as ort
+
+    for path in paths:
+        try:
+            ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own exception types
+            reason = " ".join(str(exc).split())
+            raise GraphLoadError(
+                f"the {variant} graph {Path(path).name} does not load in onnxruntime "
+                f"{ort.__version__} (CPU provider): {reason}; export without {variant} and "
+                "report this"
+            ) from None
+
+
+def fp16_note() -> str:
+    """The fp16 entry's note on a gated variant: where the gate ran and what it leaves
+    unchecked (the numerics of the CUDA provider, where fp16 is meant to run)."""
+    if gpu_present():
+        return f"{FP16_CPU_NOTE}; CUDA numerics not checked: the gate runs on the CPU provider"
+    return f"{FP16_CPU_NOTE}; CUDA numerics not checked: no GPU"
 
 
 @contextlib.contextmanager

@@ -4,7 +4,7 @@ normaliser, computed in the graph after `logits`, so that greedy and beam search
 (rows x k) numbers per step instead of (rows x vocabulary).
 
     export_module(..., edit=top_outputs_editor(cfg))   # decoder.onnx, decoder.inplace.onnx
-    strip_top_outputs(graph)                          # out again (BeamSearch subgraph, fp16)
+    strip_top_outputs(graph)                          # out again (BeamSearch subgraph)
 
 The runtime ranks by `topk_logits - topk_logits[:, 0] - log_normalizer` in float64: the
 order within a row is the logits' own (TopK on the float32 logits, ties by the lower id, as

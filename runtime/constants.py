@@ -206,7 +206,7 @@ TOPK_LOGITS = "topk_logits"  # float [batch, topk]: those logits (ties: the lowe
 LOG_NORMALIZER = "log_normalizer"
 TOP_OUTPUTS = (TOPK_IDS, TOPK_LOGITS, LOG_NORMALIZER)
 TOP_NODE_PREFIX = "edgeseq.top/"  # names of the nodes (and constants) that compute them
-# (fp16 graphs have none: float16 TopK over rounded logits would not rank as float32 does)
+# (fp16 graphs keep these nodes in float32, reading float32 logits: export/convert.py)
 TOPK = "topk"  # the axis: min(TOPK_MAX, tgt_vocab), fixed at export
 TOPK_MAX = 32  # 2 x beam for beam sizes up to 16 (larger beams read the logits)
 

@@ -122,18 +122,35 @@ def test_search_graph_drops_the_outputs(export_case, tmp_path: Path) -> None:
     assert not [n for n in graph.node if n.name.startswith(C.TOP_NODE_PREFIX)]
 
 
-def test_fp16_graphs_leave_the_outputs_out(export_case, tmp_path: Path) -> None:
-    """convert_fp16 drops the search's outputs (float16 TopK would rank rounded logits; the
-    converter's casts around kept nodes break on chains of them): the fp16 decoder has
-    decoder.onnx's original outputs, so its step model reads logits."""
+def test_fp16_graphs_keep_the_outputs_in_float32(export_case, tmp_path: Path) -> None:
+    """convert_fp16 keeps the search's outputs, computed in float32 from the float32 logits
+    (the nodes kept in float32, no float16 round trip between them): the fp16 decoder's
+    top-k ids and logits are exactly its own logits' largest, its log_normalizer float64's
+    within 1e-6, and its logits those of a float32 output projection (not float16 values)."""
+    import onnxruntime as ort
+
     from edgeseq.export.convert import convert_fp16
 
     target = tmp_path / "decoder.fp16.onnx"
-    convert_fp16(export_case.bundle / C.DECODER_FILE, target)
-    graph = onnx.load(str(target)).graph
+    kept = convert_fp16(export_case.bundle / C.DECODER_FILE, target)
+    assert any(name.startswith(C.TOP_NODE_PREFIX + "TopK") for name in kept)
     layers = export_case.model.cfg.n_decoder_layers
-    assert tuple(o.name for o in graph.output) == C.decoder_outputs(layers)
-    assert not [n.name for n in graph.node if n.name.startswith(C.TOP_NODE_PREFIX)]
+    graph = onnx.load(str(target)).graph
+    assert [o.name for o in graph.output] == [*C.decoder_outputs(layers), *C.TOP_OUTPUTS]
+    step = Generator.load(export_case.bundle, threads=1, search="loop").step_model
+    sources = random_sources(export_case.model, 8)
+    src = np.array([s + [step.pad_id] * (12 - len(s)) for s in sources if len(s) <= 12])
+    ids = np.array([[step.bos_id, 5, 6]] * len(src), np.int64)  # new_len 3: last position read
+    session = ort.InferenceSession(str(target), providers=["CPUExecutionProvider"])
+    feeds = step.feeds(step.start(src), ids)
+    logits, top_ids, top_logits, lse = session.run([C.LOGITS, *C.TOP_OUTPUTS], feeds)
+    last = logits[:, -1].astype(np.float64)
+    assert not np.array_equal(last, last.astype(np.float16))  # float32 values
+    order = np.argsort(-last, axis=1, kind="stable")[:, : step.top_width]
+    assert np.array_equal(top_ids, order)
+    assert np.array_equal(top_logits, np.take_along_axis(logits[:, -1], order, axis=1))
+    want = np.log(np.exp(last - last.max(axis=1)[:, None]).sum(axis=1))
+    assert np.abs(lse - want).max() < 1e-6
 
 
 @pytest.mark.parametrize("vocab", [58101, 256206])

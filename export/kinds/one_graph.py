@@ -1,8 +1,9 @@
 """What the one-graph kinds (decoder-only GPT, encoder-only BERT) share in export: running a
 graph or the PyTorch model on the graph's feeds, parity in the report format of
-export/parity.py, the int8 variant behind its gate, and writing the bundle (`model.onnx`,
-`model.int8.onnx`, config.json, tokenizers, manifest.json with parity) with the same atomic
-write, manifest structure and checksums as the encoder–decoder's (kinds/seq2seq/bundle.py).
+export/parity.py, the int8 and fp16 variants behind their gates, and writing the bundle
+(`model.onnx`, `model.int8.onnx`, `model.fp16.onnx`, config.json, tokenizers, manifest.json
+with parity) with the same atomic write, manifest structure and checksums as the
+encoder–decoder's (kinds/seq2seq/bundle.py).
 
     manifest = export_one_graph(source, "bundles/words", ExportOptions())
     report = run_one_graph_parity(model, session_run(session), prompts)
@@ -10,9 +11,11 @@ write, manifest structure and checksums as the encoder–decoder's (kinds/seq2se
 What differs between the kinds (the graph, its parity levels, what a held-out input becomes,
 what the gate compares, GPT's genai_config.json) is each kind's module: `kind(model)` finds
 it through the registry (export/kinds/__init__.py). Parity runs on the held-out inputs; the
-int8 variant is gated like the encoder–decoder's: greedy outputs (GPT) or predicted labels
-(BERT) on the same inputs, the task metric (exact match) against the references, at most
-`max_metric_drop` points below fp32; a miss raises `GateError` (no layer-exclusion search).
+int8 and fp16 variants (converted as the encoder–decoder's: export/quantize.py,
+export/convert.py) must load on onnxruntime's CPU provider and are gated like the
+encoder–decoder's: greedy outputs (GPT) or predicted labels (BERT) on the same inputs, the
+task metric (exact match) against the references, at most `max_metric_drop` points below
+fp32; a miss raises `GateError` (no layer-exclusion search).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadata
 
 from ..bundle import bundle_config, bundle_manifest, min_onnxruntime, refuse_existing, write_json
+from ..convert import FP16_KEPT_OPS, check_loads, convert_fp16, fp16_note
 from ..gate import gate_numbers, raise_if_missed
 from ..heldout import HeldOut
 from ..onnx_export import GraphInfo, value_info
@@ -55,7 +59,8 @@ LEVEL2_ROWS = 8
 MAX_REPORTED_MISMATCHES = 5
 EXAMPLE_BATCH, EXAMPLE_NEW = 2, 4  # export examples: >= 2 on every dynamic axis
 INT8_FILE = "model.int8.onnx"
-GRAPH_FILES = {"fp32": C.MODEL_FILE, "int8": INT8_FILE}
+FP16_FILE = "model.fp16.onnx"
+GRAPH_FILES = {"fp32": C.MODEL_FILE, "int8": INT8_FILE, "fp16": FP16_FILE}
 Progress = Callable[[str], None]
 OneGraphModel = Any  # DecoderOnlyTransformer | EncoderOnlyTransformer
 
@@ -133,51 +138,70 @@ def build_one_graph_variants(
     options: VariantOptions,
     say: Progress,
 ) -> dict[str, dict[str, Any]]:
-    """The manifest's `variants` table: fp32, and int8 behind its gate when asked."""
+    """The manifest's `variants` table: fp32, and int8 and fp16 behind their gates when
+    asked; GraphLoadError when onnxruntime cannot load a variant's graph."""
     check_supported(options.names, tuple(GRAPH_FILES), kind(model).NAME)
     table: dict[str, dict[str, Any]] = {"fp32": {"verified": held is not None, "gate": None}}
-    reference = None
+    reference, inputs = None, []
     if held is not None:
         inputs = kind(model).graph_inputs(model, held)
         reference = kind(model).outputs(
             model, open_run(directory / C.MODEL_FILE), inputs, tokenizers
         )
+
+    def gated(name: str, entry: dict[str, Any]) -> dict[str, Any]:
+        """`entry` with the gate of variant `name` against fp32 (GateError on a miss)."""
+        check_loads([directory / GRAPH_FILES[name]], name)
+        entry |= {"gate": None, "verified": False}
+        if reference is None or held is None:
+            return entry
+        run = open_run(directory / GRAPH_FILES[name])
+        got = kind(model).outputs(model, run, inputs, tokenizers)
+        g = entry["gate"] = gate(reference, got, held, options.max_metric_drop)
+        entry["verified"] = g["passed"]
+        say(
+            f"  {name} gate: {g['metric']} {g['fp32']:.4f} -> {g['variant']:.4f}, agreement "
+            f"{g['agreement']:.1%}: {'ok' if g['passed'] else 'FAIL'}"
+        )
+        raise_if_missed(name, g, f"export without {name} or raise --max-metric-drop")
+        return entry
+
     if "int8" in options.names:
         say("variant int8")
-        nodes = quantize_graph(
-            directory / C.MODEL_FILE,
-            directory / INT8_FILE,
-            # No exclusion search here: the output head stays fp32 unless --quantize-all.
-            exclude=() if options.quantize_all else (OUTPUT_GROUP,),
-            quantize_all=options.quantize_all,
-            per_channel=options.per_channel,
-            reduce_range=options.reduce_range,
-        )
-        entry: dict[str, Any] = {
-            "quantization": {
-                "method": "onnxruntime quantize_dynamic: int8 weights, uint8 activations",
-                "per_channel": options.per_channel,
-                "reduce_range": options.reduce_range,
-                "quantize_all": options.quantize_all,
-                "quantized_nodes": len(nodes["quantized"]),
-                "fp32_nodes": nodes["kept"],
-            },
-            "gate": None,
-            "verified": False,
-        }
+        table["int8"] = gated("int8", int8_entry(directory, options))
+    if "fp16" in options.names:
+        say("variant fp16")
+        kept = convert_fp16(directory / C.MODEL_FILE, directory / FP16_FILE)
+        entry = {"fp16": {"fp32_ops": list(FP16_KEPT_OPS), "fp32_nodes": kept}}
+        table["fp16"] = gated("fp16", entry)
         if reference is not None:
-            got = kind(model).outputs(model, open_run(directory / INT8_FILE), inputs, tokenizers)
-            g = entry["gate"] = gate(reference, got, held, options.max_metric_drop)
-            entry["verified"] = g["passed"]
-            say(
-                f"  int8 gate: {g['metric']} {g['fp32']:.4f} -> {g['variant']:.4f}, agreement "
-                f"{g['agreement']:.1%}: {'ok' if g['passed'] else 'FAIL'}"
-            )
-            raise_if_missed("int8", g, "export without int8 or raise --max-metric-drop")
-        table["int8"] = entry
+            table["fp16"]["note"] = fp16_note()
     files = {name: {"model": GRAPH_FILES[name]} for name in table}
     finish_table(directory, table, files, {name: name for name in table})
     return table
+
+
+def int8_entry(directory: Path, options: VariantOptions) -> dict[str, Any]:
+    """Quantize the fp32 graph to `model.int8.onnx`; return the entry's `quantization`."""
+    nodes = quantize_graph(
+        directory / C.MODEL_FILE,
+        directory / INT8_FILE,
+        # No exclusion search here: the output head stays fp32 unless --quantize-all.
+        exclude=() if options.quantize_all else (OUTPUT_GROUP,),
+        quantize_all=options.quantize_all,
+        per_channel=options.per_channel,
+        reduce_range=options.reduce_range,
+    )
+    return {
+        "quantization": {
+            "method": "onnxruntime quantize_dynamic: int8 weights, uint8 activations",
+            "per_channel": options.per_channel,
+            "reduce_range": options.reduce_range,
+            "quantize_all": options.quantize_all,
+            "quantized_nodes": len(nodes["quantized"]),
+            "fp32_nodes": nodes["kept"],
+        }
+    }
 
 
 def export_one_graph(
