@@ -121,11 +121,15 @@ class HeldRequest:
         self.sock.sendall(self.body)
 
     def response(self) -> tuple[int, Any]:
-        """(status, parsed JSON body) of the answer; closes the connection."""
+        """(status, parsed JSON body or text) of the answer; closes the connection."""
         try:
             answer = http.client.HTTPResponse(self.sock)
             answer.begin()
-            return answer.status, json.loads(answer.read().decode("utf-8"))
+            payload = answer.read().decode("utf-8")
+            kind = answer.getheader("content-type", "")
+            return answer.status, json.loads(payload) if kind.startswith(
+                "application/json"
+            ) else payload
         finally:
             self.sock.close()
 
