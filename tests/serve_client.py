@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import http.client
 import json
+import re
 import socket
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 HOST = "127.0.0.1"
 # The installed console script (beside the interpreter in a venv), else the group's module.
@@ -78,6 +79,59 @@ def generate(port: int, inputs: list[str], options: dict | None = None) -> tuple
         port, "POST", "/v1/generate", {"inputs": inputs, "options": options or {}}
     )
     return status, body
+
+
+def read_until(stream: IO[str], pattern: str) -> re.Match:
+    """Read lines of `stream` (a server's stderr) up to one where `pattern` is found; its
+    match. AssertionError, with the lines read, if the stream ends first."""
+    lines = []
+    for line in stream:
+        lines.append(line)
+        if found := re.search(pattern, line):
+            return found
+    raise AssertionError(f"{pattern!r} not found in {''.join(lines)!r}")
+
+
+class HeldRequest:
+    """A POST /v1/generate whose body waits: its headers ask `Expect: 100-continue`, and the
+    constructor returns once the server answers 100 Continue, which it does when the app
+    starts reading the body. From then on the server is handling the request (a graceful
+    shutdown waits for it) and cannot have answered it: `send_body`, then `response`."""
+
+    def __init__(self, port: int, inputs: list[str], options: dict | None = None) -> None:
+        self.body = json.dumps({"inputs": inputs, "options": options or {}}).encode()
+        self.sock = socket.create_connection((HOST, port), timeout=60)
+        head = (
+            f"POST /v1/generate HTTP/1.1\r\nHost: {HOST}:{port}\r\n"
+            f"Content-Type: application/json\r\nContent-Length: {len(self.body)}\r\n"
+            "Expect: 100-continue\r\n\r\n"
+        )
+        self.sock.sendall(head.encode("ascii"))
+        interim = b""
+        while not interim.endswith(b"\r\n\r\n"):  # byte by byte: read nothing past it
+            byte = self.sock.recv(1)
+            if not byte:
+                raise AssertionError(f"connection closed before 100 Continue: {interim!r}")
+            interim += byte
+        if not interim.startswith(b"HTTP/1.1 100 "):
+            raise AssertionError(f"expected 100 Continue, got {interim!r}")
+
+    def send_body(self) -> None:
+        """Send the JSON body the headers announced."""
+        self.sock.sendall(self.body)
+
+    def response(self) -> tuple[int, Any]:
+        """(status, parsed JSON body or text) of the answer; closes the connection."""
+        try:
+            answer = http.client.HTTPResponse(self.sock)
+            answer.begin()
+            payload = answer.read().decode("utf-8")
+            kind = answer.getheader("content-type", "")
+            return answer.status, json.loads(payload) if kind.startswith(
+                "application/json"
+            ) else payload
+        finally:
+            self.sock.close()
 
 
 # Scores move in the 7th significant digit with the batch a row runs in (docs/runtime.md):

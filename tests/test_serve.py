@@ -5,6 +5,7 @@ SIGTERM drains."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -12,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,16 @@ pytest.importorskip("starlette", reason="the serve extra is not installed")
 pytest.importorskip("uvicorn", reason="the serve extra is not installed")
 
 from prometheus_client.parser import text_string_to_metric_families
-from serve_client import EDGESEQ, assert_same_json, generate, request, running, wait_ready
+from serve_client import (
+    EDGESEQ,
+    HeldRequest,
+    assert_same_json,
+    generate,
+    read_until,
+    request,
+    running,
+    wait_ready,
+)
 
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.results import result_json
@@ -60,6 +70,11 @@ def metric_samples(port: int) -> dict[str, float]:
     """{"name{labels}": value} of every sample at /metrics (parsed by prometheus_client)."""
     status, headers, text = request(port, "GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
+    return parse_metrics(text)
+
+
+def parse_metrics(text: str) -> dict[str, float]:
+    """{"name{labels}": value} of every sample in a Prometheus text exposition."""
     out = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -68,15 +83,27 @@ def metric_samples(port: int) -> dict[str, float]:
     return out
 
 
+CLIENTS = 16  # threads sending requests at once
+
+
 def test_concurrent_requests_equal_offline_and_share_batches(generator) -> None:
+    """The queue is held until the first CLIENTS requests wait in it (4 of each option set),
+    so whatever the timing the workers find requests to merge."""
     cases = [
         (WORDS[i % len(WORDS) : i % len(WORDS) + 1 + i % 3] + ([""] if i % 5 == 0 else []),
          OPTIONS[i % len(OPTIONS)])
         for i in range(40)
     ]  # fmt: skip
     app = create_app(generator, BatchSettings(max_batch=8, max_wait_ms=50, workers=2))
-    with running(app) as port, ThreadPoolExecutor(16) as pool:
-        answers = list(pool.map(lambda c: generate(port, *c), cases))
+    queue = app.state.server.batcher.queue
+    queue.hold()
+    with running(app) as port, ThreadPoolExecutor(CLIENTS) as pool:
+        futures = [pool.submit(generate, port, *case) for case in cases]
+        queue.wait(time.monotonic() + 60, lambda jobs: len(jobs) >= CLIENTS)
+        first = sum(1 for inputs, _ in cases[:CLIENTS] for t in inputs if t)
+        assert queue.queued_inputs == first  # the first CLIENTS requests, nothing run
+        queue.release()
+        answers = [future.result() for future in futures]
         samples = metric_samples(port)
     for (inputs, options), (status, body) in zip(cases, answers, strict=True):
         assert status == 200, body
@@ -89,19 +116,28 @@ def test_concurrent_requests_equal_offline_and_share_batches(generator) -> None:
 
 
 def test_overload_is_refused_with_429_and_nothing_is_lost(generator) -> None:
+    """The queue is held while 30 one-input requests arrive: the first 3 fill it and the 27
+    others are refused; once they are, the queue is released and the 3 are answered."""
     settings = BatchSettings(max_batch=2, max_wait_ms=100, max_queue=3)
     words = [WORDS[i % len(WORDS)] for i in range(30)]
-    with running(create_app(generator, settings)) as port, ThreadPoolExecutor(30) as pool:
-        answers = list(
-            pool.map(lambda w: request(port, "POST", "/v1/generate", {"inputs": [w]}), words)
-        )
+    app = create_app(generator, settings)
+    queue = app.state.server.batcher.queue
+    queue.hold()
+    with running(app) as port, ThreadPoolExecutor(30) as pool:
+        futures = [
+            pool.submit(request, port, "POST", "/v1/generate", {"inputs": [w]}) for w in words
+        ]
+        refused = list(itertools.islice(as_completed(futures, timeout=60), 27))
+        assert [f.result()[0] for f in refused] == [429] * 27 and queue.queued_inputs == 3
+        queue.release()
+        answers = [future.result() for future in futures]
         samples = metric_samples(port)
     statuses = [status for status, _, _ in answers]
-    assert set(statuses) <= {200, 429} and 200 in statuses and 429 in statuses, statuses
+    assert statuses.count(200) == 3 and statuses.count(429) == 27, statuses
     for word, (status, headers, body) in zip(words, answers, strict=True):
         if status == 429:
             assert headers["retry-after"] == "1"
-            assert re.search(r"queue is full \(\d+ inputs waiting, at most 3\)", body["error"])
+            assert re.search(r"queue is full \(3 inputs waiting, at most 3\)", body["error"])
         else:
             assert_same_json(body["results"], offline(generator, [word], {}))
     answered = sum(
@@ -174,16 +210,23 @@ def test_health_model_and_metrics(generator, runtime_case) -> None:
 
 
 def test_a_request_past_its_timeout_gets_504_and_is_not_run(generator) -> None:
-    app = create_app(generator, BatchSettings(max_wait_ms=3000), timeout_s=0.3)
+    """The queue is held past the request's timeout, so no worker can run it before the 504;
+    released, the worker drops it unrun (past its deadline); the server's shutdown joins the
+    worker, so the metrics after it count every batch there was."""
+    app = create_app(generator, timeout_s=0.3)
+    queue = app.state.server.batcher.queue
+    queue.hold()
     with running(app) as port:
         started = time.monotonic()
         status, body = generate(port, ["abc"])
         waited = time.monotonic() - started
-        time.sleep(3.2)  # the batch would have run by now
-        samples = metric_samples(port)
+        assert metric_samples(port)["edgeseq_queue_depth{}"] == 1  # still queued, unrun
+        queue.release()
+    samples = parse_metrics(app.state.server.metrics.text().decode())
     assert status == 504 and re.search(r"no answer within 0.3 s", body["error"])
-    assert waited < 2.5
-    assert samples["edgeseq_inputs_total{}"] == 0
+    assert waited >= 0.3
+    assert samples["edgeseq_inputs_total{}"] == 0 and samples["edgeseq_batch_size_count{}"] == 0
+    assert samples["edgeseq_queue_depth{}"] == 0  # taken off the queue and dropped
 
 
 def serve_process(bundle, *args: str) -> tuple[subprocess.Popen, int]:
@@ -193,23 +236,26 @@ def serve_process(bundle, *args: str) -> tuple[subprocess.Popen, int]:
         [*command, "--provider", "cpu", "--threads", "1", *args],
         stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-    for line in proc.stderr:
-        found = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
-        if found:
-            port = int(found.group(1))
-            wait_ready(port, 60)
-            return proc, port
-    raise AssertionError(f"server did not start (exit {proc.wait()})")
+    try:
+        port = int(read_until(proc.stderr, r"Uvicorn running on http://127\.0\.0\.1:(\d+)")[1])
+    except AssertionError as exc:
+        raise AssertionError(f"server did not start (exit {proc.wait()}): {exc}") from None
+    wait_ready(port, 60)
+    return proc, port
 
 
 def test_sigterm_answers_the_requests_in_flight_then_exits(generator, runtime_case) -> None:
+    """The server shuts down (SIGTERM) while it handles three requests whose bodies it has not
+    yet received (HeldRequest); sent once the shutdown began, they wait in the queue for their
+    batch (max wait 1.5 s) while the server drains, and are answered before it exits."""
     proc, port = serve_process(runtime_case.bundle, "--max-wait-ms", "1500")
     try:
-        with ThreadPoolExecutor(3) as pool:
-            futures = [pool.submit(generate, port, [w]) for w in WORDS[:3]]
-            time.sleep(0.5)  # the three requests wait in the queue for their batch
-            proc.send_signal(signal.SIGTERM)
-            answers = [f.result() for f in futures]
+        held = [HeldRequest(port, [w]) for w in WORDS[:3]]
+        proc.send_signal(signal.SIGTERM)
+        read_until(proc.stderr, "Shutting down")  # uvicorn's first step of its shutdown
+        for one in held:
+            one.send_body()
+        answers = [one.response() for one in held]
         assert proc.wait(30) == 0
     finally:
         proc.kill()

@@ -22,7 +22,6 @@ from edgeseq.runtime.serve.queue import (
 )
 
 GREEDY, BEAM = GenerationOptions(), GenerationOptions(beam_size=2)
-SOON_S = 5.0  # what "at once" may take on a loaded 2-core machine
 
 
 def test_the_queue_refuses_past_its_limit_and_after_close_then_drains() -> None:
@@ -64,33 +63,68 @@ def background(target) -> tuple[threading.Thread, list]:
     return thread, out
 
 
+def until_blocked(queue: BoundedQueue, threads: int) -> None:
+    """Return once `threads` threads are blocked on `queue` (fail after a minute)."""
+    deadline = time.monotonic() + 60
+    while queue.waiting < threads:
+        assert time.monotonic() < deadline, f"{queue.waiting} of {threads} threads waiting"
+        time.sleep(0.001)
+
+
+# A waiting thread must be woken: a wait until an hour from now that returns within a minute
+# (HANG_S) was woken, not timed out.
+FAR_S, HANG_S = 3600.0, 60.0
+
+
 def test_put_and_close_wake_waiting_workers() -> None:
     queue: BoundedQueue[str] = BoundedQueue(10)
     thread, got = background(queue.pop_oldest)
-    time.sleep(0.05)
+    until_blocked(queue, 1)
     assert got == []  # waiting for work
     queue.put("job", 1)
-    thread.join(SOON_S)
+    thread.join(HANG_S)
     assert got == ["job"]
 
-    far = time.monotonic() + 60
+    far = time.monotonic() + FAR_S
     queue.put("one", 1)
     thread, got = background(lambda: queue.wait(far, lambda jobs: len(jobs) >= 2))
-    time.sleep(0.05)
+    until_blocked(queue, 1)
     assert got == []  # one job is not enough
     queue.put("two", 1)
-    thread.join(SOON_S)
+    thread.join(HANG_S)
     assert got == [None] and not thread.is_alive()
 
     empty: BoundedQueue[str] = BoundedQueue(10)
     popper, popped = background(empty.pop_oldest)
     waiter, waited = background(lambda: empty.wait(far, lambda jobs: bool(jobs)))
-    time.sleep(0.05)
-    started = time.monotonic()
+    until_blocked(empty, 2)
     empty.close()
-    popper.join(SOON_S)
-    waiter.join(SOON_S)
-    assert popped == [None] and waited == [None] and time.monotonic() - started < SOON_S
+    popper.join(HANG_S)
+    waiter.join(HANG_S)
+    assert popped == [None] and waited == [None]
+    assert not popper.is_alive() and not waiter.is_alive() and empty.waiting == 0
+
+
+def test_a_held_queue_gives_no_job_until_released_or_closed() -> None:
+    queue: BoundedQueue[str] = BoundedQueue(10)
+    queue.hold()
+    queue.put("a", 1)
+    thread, got = background(queue.pop_oldest)
+    until_blocked(queue, 1)
+    queue.put("b", 1)  # a put wakes the worker, which waits on while held
+    assert got == [] and queue.queued_inputs == 2
+    assert queue.take(lambda job: job == "b") == ["b"]  # take is not held
+    queue.release()
+    thread.join(HANG_S)
+    assert got == ["a"]
+
+    queue.put("c", 1)
+    queue.hold()
+    thread, got = background(queue.pop_oldest)
+    until_blocked(queue, 1)
+    queue.close()  # closing drains what is queued, held or not
+    thread.join(HANG_S)
+    assert got == ["c"] and queue.pop_oldest() is None
 
 
 def test_queues_sharing_a_limit_count_together() -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 import threading
-import time
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
@@ -74,19 +74,36 @@ def random_requests(count: int, seed: int = 0) -> list[tuple[list[str], Generati
 
 
 def test_staggered_requests_get_what_offline_generate_gives(generator) -> None:
-    steps_seen: list[tuple[int, int, int, float]] = []
-    batcher = StepBatcher(
-        generator, steps_decoder(generator, "step"), BatchSettings(max_batch=8, max_wait_ms=2),
-        lambda *step: steps_seen.append(step),
-    )  # fmt: skip
-    batcher.start()
+    """Requests arrive between the decoder steps of the running batch: after each step, the
+    step callback queues the next 0-2 requests (at least one when every request queued so
+    far is answered, so the batch never runs dry before the last). Queued by the batcher's
+    own thread, each joins at the next step whatever the machine's speed, so the steps run
+    are the same on every run."""
     requests = random_requests(90)
     rng = random.Random(1)
-    futures = []
-    for texts, options in requests:  # arrivals spread over the steps of the running batch
-        futures.append(batcher.submit(texts, options, 60))
-        time.sleep(rng.random() * 0.004)
+    futures: list[Future] = []
+    all_queued = threading.Event()
+    steps_seen: list[tuple[int, int, int, float]] = []
+
+    def submit_next(count: int) -> None:
+        for texts, options in requests[len(futures) : len(futures) + count]:
+            futures.append(batcher.submit(texts, options, 60))
+        if len(futures) == len(requests):
+            all_queued.set()
+
+    def on_step(*step) -> None:
+        steps_seen.append(step)
+        count = rng.choice([0, 0, 1, 1, 2])
+        submit_next(max(count, 1) if all(f.done() for f in futures) else count)
+
+    batcher = StepBatcher(
+        generator, steps_decoder(generator, "step"), BatchSettings(max_batch=8, max_wait_ms=2),
+        on_step,
+    )  # fmt: skip
+    submit_next(1)
+    batcher.start()
     try:
+        assert all_queued.wait(120), f"{len(futures)} of {len(requests)} requests queued"
         for (texts, options), future in zip(requests, futures, strict=True):
             assert_same(future.result(60), generator.generate(texts, options))
     finally:
@@ -142,8 +159,7 @@ def test_queue_bound_drain_at_close_and_timeouts(generator) -> None:
     first = batcher.submit(["abc", "de"], GenerationOptions(), 60)
     with pytest.raises(QueueFullError, match=r"queue is full \(2 inputs waiting, at most 3\)"):
         batcher.submit(["f", "g"], GenerationOptions(), 60)
-    late = batcher.submit(["h"], GenerationOptions(), 0.0)
-    time.sleep(0.01)
+    late = batcher.submit(["h"], GenerationOptions(), -1.0)  # its deadline already past
     batcher.start()
     batcher.close()
     assert_same(first.result(0), generator.generate(["abc", "de"]))
@@ -253,9 +269,8 @@ def test_serve_batching_flag_and_sigterm_drain(generator, steps_bundle, runtime_
     import re
     import signal
     import subprocess
-    from concurrent.futures import ThreadPoolExecutor
 
-    from serve_client import EDGESEQ, assert_same_json, generate, wait_ready
+    from serve_client import EDGESEQ, HeldRequest, assert_same_json, read_until, wait_ready
 
     command = [*EDGESEQ, "serve", "--provider", "cpu", "--threads", "1", "--port", "0"]
     refused = subprocess.run([*command, str(runtime_case.bundle), "--batching", "step"],
@@ -276,11 +291,14 @@ def test_serve_batching_flag_and_sigterm_drain(generator, steps_bundle, runtime_
         assert any("batching: greedy requests per decoder step" in x for x in lines), lines
         port = int(found.group(1))
         wait_ready(port, 60)
-        with ThreadPoolExecutor(3) as pool:
-            futures = [pool.submit(generate, port, [w]) for w in ("abc", "hij", "ab")]
-            time.sleep(0.5)  # the three requests wait for company (max wait 1.5 s)
-            proc.send_signal(signal.SIGTERM)
-            answers = [f.result() for f in futures]
+        # the shutdown begins while the server handles the three requests, whose bodies are
+        # sent after it began: they wait for company (max wait 1.5 s) while the server drains
+        held = [HeldRequest(port, [w]) for w in ("abc", "hij", "ab")]
+        proc.send_signal(signal.SIGTERM)
+        read_until(proc.stderr, "Shutting down")  # uvicorn's first step of its shutdown
+        for one in held:
+            one.send_body()
+        answers = [one.response() for one in held]
         assert proc.wait(30) == 0
     finally:
         proc.kill()

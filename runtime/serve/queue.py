@@ -7,6 +7,9 @@ closed. `Batcher` and `continuous.StepBatcher` each consume one.
     more = queue.take(lambda job: ...)    # remove the jobs a predicate accepts, in order
     queue.close()                # refuse new jobs and wake every waiting worker
 
+Tests hold a queue (`hold`, then `release`) to fill it before any worker starts a batch, and
+read `waiting` to know a worker is blocked on it; the server does neither.
+
 The limit is a `QueueLimit`: several queues can share one (`use_limit`), so that their jobs
 together never hold more than its inputs, however many threads put at once. Each queue
 guards its jobs with its own condition variable; the limit has a lock of its own, always
@@ -72,6 +75,8 @@ class BoundedQueue(Generic[JobT]):
         self._jobs: deque[tuple[JobT, int]] = deque()  # (job, its inputs)
         self._inputs = 0
         self._closed = False
+        self._held = False  # see `hold`
+        self._waiting = 0  # threads blocked in pop_oldest or wait
         self._cv = threading.Condition()
 
     @property
@@ -88,6 +93,11 @@ class BoundedQueue(Generic[JobT]):
     def closed(self) -> bool:
         """True once `close` ran: puts are refused, the queued jobs remain to be taken."""
         return self._closed
+
+    @property
+    def waiting(self) -> int:
+        """Threads now blocked in `pop_oldest` or `wait` (tests wait for a worker to block)."""
+        return self._waiting
 
     def use_limit(self, limit: QueueLimit) -> None:
         """Count this queue's inputs against `limit` from now on (e.g. one shared with
@@ -114,11 +124,23 @@ class BoundedQueue(Generic[JobT]):
             self._closed = True
             self._cv.notify_all()
 
+    def hold(self) -> None:
+        """Make `pop_oldest` wait, jobs queued or not, until `release` or `close`: a test fills
+        the queue before a worker starts a batch (`take` and `wait` are not held)."""
+        with self._cv:
+            self._held = True
+
+    def release(self) -> None:
+        """End `hold` and wake the waiting workers."""
+        with self._cv:
+            self._held = False
+            self._cv.notify_all()
+
     def pop_oldest(self) -> JobT | None:
         """Wait for a job and remove the oldest; None once closed with nothing queued."""
         with self._cv:
-            while not self._jobs and not self._closed:
-                self._cv.wait()
+            while (self._held or not self._jobs) and not self._closed:
+                self._block(None)
             if not self._jobs:
                 return None
             job, inputs = self._jobs.popleft()
@@ -148,7 +170,15 @@ class BoundedQueue(Generic[JobT]):
                 left = until - time.monotonic()
                 if left <= 0:
                     return
-                self._cv.wait(left)
+                self._block(left)
+
+    def _block(self, timeout: float | None) -> None:
+        """Wait on the condition, at most `timeout` seconds, counted in `waiting` (lock held)."""
+        self._waiting += 1
+        try:
+            self._cv.wait(timeout)
+        finally:
+            self._waiting -= 1
 
     def _forget(self, inputs: int) -> None:
         """Uncount a removed job's inputs (lock held)."""
