@@ -1,18 +1,21 @@
-"""Row gathers that run where the tensors live: a Gather graph on the session's provider.
+"""Row and column edits of state tensors where they live: small graphs on the session's
+provider.
 
-    rows = DeviceRows.like(decoder_session)           # same provider, device and options
+    rows = DeviceRows.like(decoder_session, "cuda")    # same provider, device and options
     kept = rows.gather([cache_k0, cache_v0], np.array([0, 0, 2]))   # OrtValues, same device
+    wide = rows.pad(cross, extra_rows=2, width=17)     # zero rows at the end, columns to 17
+    rows.write(cross, slots=[1, 4], new=joined)        # rows 1 and 4 replaced
+    rows.take(cache, rows=[0, 2], first=3)             # rows 0 and 2, columns 3..end
 
-onnxruntime's Python `OrtValue` has no gather of its own: `value.numpy()[rows]` brings a
-CUDA tensor to the host and back. `DeviceRows` runs a graph of one `Gather(axis=0)` per
-tensor instead, on the provider the decoder runs on, with every input and output bound in
-place (IO binding), so beam reordering and finished rows leaving move only the row indices
-(a few bytes) across the bus. The same code runs on the CPU provider with CPU `OrtValue`s,
-which is how the tests check it.
-
-The graph is written here as ONNX protobuf bytes (`gather_model`): the runtime does not
-depend on the `onnx` package. One graph per tuple of element types and ranks, made and
-opened once.
+onnxruntime's Python `OrtValue` has no gather or slice of its own: `value.numpy()[rows]`
+brings a CUDA tensor to the host and back. `DeviceRows` runs a graph of one operation per
+tensor instead (`Gather` on axis 0; `Pad`; `Concat` then `Gather`; `Gather` then `Slice`
+on the column axis, axis 2 of a (B, H, T, dh) cache), on the provider the decoder runs on,
+with every input and output bound in place (IO binding): beam reordering, finished rows
+leaving and the server's live batch changing move only row indices and a few sizes across
+the bus. The same code runs on the CPU provider with CPU `OrtValue`s, which is how the tests
+check it. Graphs are written as protobuf bytes (runtime/onnx_writer.py); one per operation
+and tuple of element types and ranks, made and opened once.
 """
 
 from __future__ import annotations
@@ -22,80 +25,88 @@ from collections.abc import Sequence
 import numpy as np
 import onnxruntime as ort
 
-ROWS = "rows"  # the graph's int64 (R,) input: the rows to take, may repeat
-GATHER_OPSET = 13  # Gather's current version
-GATHER_IR_VERSION = 8  # read by every onnxruntime the bundles support (>= 1.18)
+from . import onnx_writer as W
+
+ROWS = "rows"  # int64 (R,): the rows to take, may repeat
+OPSET = 13  # Gather, Pad (pads as an input), Concat, Slice
+COLUMNS = 2  # the column axis of the tensors `pad` and `take` edit: T of (B, H, T, dh)
 
 # ONNX TensorProto element types of the OrtValue type strings the state holds.
 ELEMENT_TYPES = {
-    "tensor(float)": 1,
-    "tensor(uint8)": 2,
-    "tensor(int8)": 3,
-    "tensor(int32)": 6,
-    "tensor(int64)": 7,
-    "tensor(bool)": 9,
-    "tensor(float16)": 10,
+    "tensor(float)": W.FLOAT,
+    "tensor(uint8)": W.UINT8,
+    "tensor(int8)": W.INT8,
+    "tensor(int32)": W.INT32,
+    "tensor(int64)": W.INT64,
+    "tensor(bool)": W.BOOL,
+    "tensor(float16)": W.FLOAT16,
 }
+Signature = tuple[tuple[int, int], ...]  # (element type, rank) per tensor
 
 
-def _varint(value: int) -> bytes:
-    """Protobuf base-128 varint of a non-negative int."""
-    out = bytearray()
-    while True:
-        low, value = value & 0x7F, value >> 7
-        out.append(low | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+def _tensors(signature: Signature, prefix: str) -> list[bytes]:
+    """Value infos prefix0, prefix1, ...: one per (element type, rank) of `signature`, of
+    named dynamic dimensions."""
+    return [
+        W.tensor_value(f"{prefix}{i}", element_type, [f"{prefix}{i}_{j}" for j in range(rank)])
+        for i, (element_type, rank) in enumerate(signature)
+    ]
 
 
-def _field(number: int, payload: bytes | str | int) -> bytes:
-    """One protobuf field: an int as a varint, bytes or str as a length-delimited record."""
-    if isinstance(payload, int):
-        return _varint(number << 3) + _varint(payload)
-    data = payload.encode() if isinstance(payload, str) else payload
-    return _varint(number << 3 | 2) + _varint(len(data)) + data
+def _model(name: str, nodes: list[bytes], inputs: list[bytes], signature: Signature) -> bytes:
+    """A model of `nodes` reading `inputs` then x0, x1, ... and writing y0, y1, ..."""
+    inputs = [*inputs, *_tensors(signature, "x")]
+    axes = [W.int64_tensor("axes", [COLUMNS])] if name == "take" else []
+    graph = W.make_graph(name, nodes, inputs, _tensors(signature, "y"), axes)
+    return W.make_model(graph, OPSET)
 
 
-def _tensor_value(name: str, element_type: int, dims: Sequence[str]) -> bytes:
-    """ValueInfoProto: a tensor of `element_type` whose dimensions are the named `dims`."""
-    shape = b"".join(_field(1, _field(2, dim)) for dim in dims)  # Dimension.dim_param
-    tensor_type = _field(1, element_type) + _field(2, shape)  # elem_type, shape
-    return _field(1, name) + _field(2, _field(1, tensor_type))  # name, type.tensor_type
+def gather_model(signature: Signature) -> bytes:
+    """Inputs `rows` int64 (R,) and x0..x{n-1}, one per (element type, rank) of `signature`,
+    each (B, ...); outputs yi = Gather(xi, rows, axis=0) (R, ...)."""
+    nodes = [
+        W.make_node("Gather", [f"x{i}", ROWS], [f"y{i}"], axis=0) for i in range(len(signature))
+    ]
+    return _model("gather", nodes, [W.tensor_value(ROWS, W.INT64, ["R"])], signature)
 
 
-def gather_model(signature: Sequence[tuple[int, int]]) -> bytes:
-    """Serialized ONNX model: inputs `rows` int64 (R,) and x0..x{n-1}, one per (element type,
-    rank) of `signature`, each (B, ...); outputs y0..y{n-1}, yi = Gather(xi, rows, axis=0)
-    (R, ...)."""
-    graph = b""
+def take_model(signature: Signature) -> bytes:
+    """`gather_model` followed by a Slice of the column axis: inputs `rows`, `first` and
+    `last` int64 (1,) and xi (B, H, T, dh); outputs xi[rows][:, :, first:last]."""
+    nodes = []
     for i in range(len(signature)):
-        axis = _field(1, "axis") + _field(3, 0) + _field(20, 2)  # name, i, type INT
-        node = (
-            _field(1, f"x{i}")
-            + _field(1, ROWS)
-            + _field(2, f"y{i}")
-            + _field(3, f"gather{i}")
-            + _field(4, "Gather")
-            + _field(5, axis)
-        )
-        graph += _field(1, node)
-    graph += _field(2, "device_rows")
-    graph += _field(11, _tensor_value(ROWS, ELEMENT_TYPES["tensor(int64)"], ["R"]))
-    for i, (element_type, rank) in enumerate(signature):
-        dims = [f"x{i}_{j}" for j in range(rank)]
-        graph += _field(11, _tensor_value(f"x{i}", element_type, dims))
-        graph += _field(12, _tensor_value(f"y{i}", element_type, ["R", *dims[1:]]))
-    opset = _field(1, "") + _field(2, GATHER_OPSET)  # OperatorSetIdProto: domain, version
-    return (
-        _field(1, GATHER_IR_VERSION)
-        + _field(2, "edgeseq")  # producer_name
-        + _field(7, graph)
-        + _field(8, opset)
-    )
+        nodes.append(W.make_node("Gather", [f"x{i}", ROWS], [f"g{i}"], axis=0))
+        nodes.append(W.make_node("Slice", [f"g{i}", "first", "last", "axes"], [f"y{i}"]))
+    inputs = [W.tensor_value(ROWS, W.INT64, ["R"])]
+    inputs += [W.tensor_value(name, W.INT64, ["1"]) for name in ("first", "last")]
+    return _model("take", nodes, inputs, signature)
+
+
+def pad_model(signature: Signature) -> bytes:
+    """Inputs `pads` int64 (2 x rank,) and xi; outputs xi zero-padded by `pads` (ONNX Pad's
+    begins-then-ends layout)."""
+    nodes = [W.make_node("Pad", [f"x{i}", "pads"], [f"y{i}"]) for i in range(len(signature))]
+    pads = W.tensor_value("pads", W.INT64, [str(2 * signature[0][1])])
+    return _model("pad", nodes, [pads], signature)
+
+
+def write_model(signature: Signature) -> bytes:
+    """Inputs `rows` int64 (R,), ni (N, ...) and xi (B, ...); outputs
+    Gather(Concat(xi, ni), rows): row r of the result is xi[rows[r]] when rows[r] < B, else
+    ni[rows[r] - B]."""
+    nodes = []
+    for i in range(len(signature)):
+        nodes.append(W.make_node("Concat", [f"x{i}", f"n{i}"], [f"c{i}"], axis=0))
+        nodes.append(W.make_node("Gather", [f"c{i}", ROWS], [f"y{i}"], axis=0))
+    inputs = [W.tensor_value(ROWS, W.INT64, ["R"]), *_tensors(signature, "n")]
+    return _model("write", nodes, inputs, signature)
+
+
+MODELS = {"gather": gather_model, "take": take_model, "pad": pad_model, "write": write_model}
 
 
 class DeviceRows:
-    """Gathers rows of `OrtValue`s on one provider's device (see the module docstring)."""
+    """Edits rows and columns of `OrtValue`s on one provider's device (module docstring)."""
 
     def __init__(
         self,
@@ -107,40 +118,87 @@ class DeviceRows:
         self.providers = list(providers)
         self.options = options
         self.device_type, self.device_id = device_type, device_id
-        self._sessions: dict[tuple[tuple[int, int], ...], ort.InferenceSession] = {}
+        self._sessions: dict[tuple[str, Signature], ort.InferenceSession] = {}
 
     @classmethod
     def like(
         cls, session: ort.InferenceSession, device_type: str, device_id: int = 0
     ) -> DeviceRows:
-        """Gathers on `session`'s active providers (with their options) and session options,
+        """Edits on `session`'s active providers (with their options) and session options,
         writing outputs to `device_type` memory ("cuda" or "cpu")."""
         names = session.get_providers()
         provider_options = session.get_provider_options()
         providers = [(name, dict(provider_options.get(name, {}))) for name in names]
         return cls(providers, session.get_session_options(), device_type, device_id)
 
-    def _session(self, signature: tuple[tuple[int, int], ...]) -> ort.InferenceSession:
-        """The gather graph for this (element type, rank) tuple, opened on first use."""
-        session = self._sessions.get(signature)
-        if session is None:
-            session = ort.InferenceSession(
-                gather_model(signature), self.options, providers=self.providers
-            )
-            self._sessions[signature] = session
-        return session
+    def _run(
+        self,
+        op: str,
+        values: Sequence[ort.OrtValue],
+        host: dict[str, np.ndarray],
+        others: Sequence[ort.OrtValue] = (),
+    ) -> tuple[ort.OrtValue, ...]:
+        """Run `op`'s graph for `values` (xi; `others` as ni), host inputs `host`."""
+        signature = tuple((ELEMENT_TYPES[v.data_type()], len(v.shape())) for v in values)
+        key = (op, signature)
+        session = self._sessions.get(key)
+        if session is None:  # opened on first use
+            model = MODELS[op](signature)
+            session = ort.InferenceSession(model, self.options, providers=self.providers)
+            self._sessions[key] = session
+        binding = session.io_binding()
+        for name, array in host.items():
+            binding.bind_cpu_input(name, np.ascontiguousarray(array, dtype=np.int64))
+        for i, value in enumerate(values):
+            binding.bind_ortvalue_input(f"x{i}", value)
+            binding.bind_output(f"y{i}", self.device_type, self.device_id)
+        for i, value in enumerate(others):
+            binding.bind_ortvalue_input(f"n{i}", value)
+        session.run_with_iobinding(binding)
+        return tuple(binding.get_outputs())
 
     def gather(self, values: Sequence[ort.OrtValue], rows: np.ndarray) -> tuple[ort.OrtValue, ...]:
         """values[i] (B, ...) -> values[i][rows] (R, ...) for int64 `rows` (R,) (may repeat),
         each a new OrtValue on this object's device; one graph run for all of them."""
+        return self._run("gather", values, {ROWS: rows}) if values else ()
+
+    def take(
+        self,
+        values: Sequence[ort.OrtValue],
+        rows: Sequence[int] | np.ndarray,
+        first: int = 0,
+        last: int | None = None,
+    ) -> tuple[ort.OrtValue, ...]:
+        """values[i] (B, H, T, dh) -> values[i][rows][:, :, first:last] (end: T)."""
         if not values:
             return ()
-        signature = tuple((ELEMENT_TYPES[v.data_type()], len(v.shape())) for v in values)
-        session = self._session(signature)
-        binding = session.io_binding()
-        binding.bind_cpu_input(ROWS, np.ascontiguousarray(rows, dtype=np.int64))
-        for i, value in enumerate(values):
-            binding.bind_ortvalue_input(f"x{i}", value)
-            binding.bind_output(f"y{i}", self.device_type, self.device_id)
-        session.run_with_iobinding(binding)
-        return tuple(binding.get_outputs())
+        end = values[0].shape()[COLUMNS] if last is None else last
+        host = {ROWS: np.asarray(rows), "first": np.array([first]), "last": np.array([end])}
+        return self._run("take", values, host)
+
+    def pad(
+        self, values: Sequence[ort.OrtValue], extra_rows: int = 0, width: int | None = None
+    ) -> tuple[ort.OrtValue, ...]:
+        """values[i] (B, H, T, dh) with `extra_rows` zero rows after the last and zero columns
+        after the last up to `width` (default: T) -> (B + extra_rows, H, width, dh)."""
+        if not values:
+            return ()
+        shape = values[0].shape()
+        pads = np.zeros(2 * len(shape), dtype=np.int64)
+        pads[len(shape)] = extra_rows  # end of axis 0
+        pads[len(shape) + COLUMNS] = (shape[COLUMNS] if width is None else width) - shape[COLUMNS]
+        return self._run("pad", values, {"pads": pads})
+
+    def write(
+        self,
+        values: Sequence[ort.OrtValue],
+        slots: Sequence[int] | np.ndarray,
+        new: Sequence[ort.OrtValue],
+    ) -> tuple[ort.OrtValue, ...]:
+        """values[i] (B, ...) with rows `slots` (N,) replaced by new[i] (N, ...) in order."""
+        if not values:
+            return ()
+        batch = values[0].shape()[0]
+        rows = np.arange(batch)
+        rows[np.asarray(slots, dtype=np.int64)] = batch + np.arange(len(slots))
+        return self._run("write", values, {ROWS: rows}, new)

@@ -12,6 +12,7 @@ import threading
 from concurrent.futures import Future
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from edgeseq.runtime.errors import OptionsError
@@ -24,7 +25,7 @@ from edgeseq.runtime.serve.batcher import (
     ShuttingDownError,
 )
 from edgeseq.runtime.serve.continuous import StepBatcher, steps_decoder
-from edgeseq.runtime.serve.live_batch import LiveBatch
+from edgeseq.runtime.serve.live_batch import DeviceTensors, HostTensors, LiveBatch, StepsDecoder
 
 SCORE_TOLERANCE = 1e-5
 LETTERS = "abcdefghij"
@@ -73,13 +74,19 @@ def random_requests(count: int, seed: int = 0) -> list[tuple[list[str], Generati
     return out
 
 
-def test_staggered_requests_get_what_offline_generate_gives(generator) -> None:
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_staggered_requests_get_what_offline_generate_gives(
+    generator, where: str, monkeypatch
+) -> None:
     """Requests arrive between the decoder steps of the running batch: after each step, the
     step callback queues the next 0-2 requests (at least one when every request queued so
     far is answered, so the batch never runs dry before the last). Queued by the batcher's
     own thread, each joins at the next step whatever the machine's speed, so the steps run
-    are the same on every run."""
-    requests = random_requests(90)
+    are the same on every run. "device": the live batch keeps its K/V as OrtValues (CUDA's
+    code, on the CPU provider), over fewer requests."""
+    if where == "device":
+        monkeypatch.setattr(StepsDecoder, "tensors", lambda steps: DeviceTensors(steps, "cpu"))
+    requests = random_requests(90 if where == "host" else 40)
     rng = random.Random(1)
     futures: list[Future] = []
     all_queued = threading.Event()
@@ -115,10 +122,12 @@ def test_staggered_requests_get_what_offline_generate_gives(generator) -> None:
     assert rows.max() <= 8 + 2 and rows.mean() > 2
 
 
-def test_rows_at_different_positions_share_one_step(generator) -> None:
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_rows_at_different_positions_share_one_step(generator, where: str) -> None:
     """The live batch itself: four sources joining at steps 0, 2, 3 and 5 (the last one in
     the slot the first frees at step 4), give at every step the logits each gets alone
-    through decoder.onnx; compaction and trimming keep them so."""
+    through decoder.onnx; compaction and trimming keep them so. "device": the K/V as
+    OrtValues edited by graphs on the provider (what CUDA runs), here on the CPU."""
     sources = [generator.encode(t).ids for t in ("abcdefgh", "hij", "abcd", "jihgfedcba")]
     step_model, alone = generator.step_model, []
     for source in sources:
@@ -128,7 +137,9 @@ def test_rows_at_different_positions_share_one_step(generator) -> None:
             logits.append(out[0, -1])
             last = int(out[0, -1].argmax())
         alone.append(logits)
-    batch, slot_of, last = LiveBatch(steps_decoder(generator, "step")), {}, {}
+    steps = steps_decoder(generator, "step")
+    tensors = DeviceTensors(steps, "cpu") if where == "device" else HostTensors()
+    batch, slot_of, last = LiveBatch(steps, tensors), {}, {}
     join, leave = [0, 2, 3, 5], [4, 6, 99, 99]
     for t in range(9):
         batch.leave([slot_of.pop(r) for r in list(slot_of) if leave[r] == t])
@@ -147,6 +158,8 @@ def test_rows_at_different_positions_share_one_step(generator) -> None:
         for r, slot in slot_of.items():
             ids[slot] = last[r]
         logits = batch.step(ids)
+        if where == "device":
+            assert all(isinstance(v, ort.OrtValue) for v in batch.past_k + batch.cross_v)
         for r, slot in slot_of.items():
             np.testing.assert_allclose(logits[slot], alone[r][t - join[r]], atol=1e-5)
             last[r] = int(logits[slot].argmax())

@@ -18,21 +18,121 @@ batch whose rows come and go copies no cache. A free slot still runs (a `<pad>` 
 0 that sees only itself) until a row takes it; once half the slots are free `compact` keeps
 only the rows in flight, and `trim` cuts the leading columns no row sees once they are half
 the cache. The cross K/V are zero-padded to the longest source (hidden by `src_mask`).
+
+Where the cache lives: on the CPU the K/V are numpy arrays, written in place (`HostTensors`);
+on CUDA they are OrtValues on the GPU (`DeviceTensors`): the encoder and the steps graph
+write them there through IO binding, and joining, compacting and trimming are small graphs on
+the same provider (runtime/device_rows.py), so per step only the ids, positions, masks and
+logits cross the bus. The same code runs on the CPU provider in the tests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from .. import constants as C
+from ..device_rows import DeviceRows
 from ..generator import Generator
 from ..graph_variants import STEPS, open_graph_variant
 from ..padding import right_pad
 
-Layers = list[np.ndarray]  # one (B, H, T, dh) array per decoder layer
+Layers = list[Any]  # one (B, H, T, dh) tensor per decoder layer: numpy arrays or OrtValues
+
+
+def _shape(tensor: np.ndarray | ort.OrtValue) -> tuple[int, ...]:
+    """The shape of a numpy array or an OrtValue."""
+    return tuple(tensor.shape) if isinstance(tensor, np.ndarray) else tuple(tensor.shape())
+
+
+class HostTensors:
+    """The live batch's K/V edits on numpy arrays, (B, H, T, dh) each."""
+
+    def encode(self, steps: StepsDecoder, src_ids: np.ndarray) -> tuple[Layers, Layers]:
+        """Cross K and V of src_ids int64 (B, S): two L-lists of (B, H, S, dh) arrays."""
+        out = steps.encoder.run(list(steps.cross_names), {C.SRC_IDS: src_ids})
+        return out[: steps.layers], out[steps.layers :]
+
+    def run(self, steps: StepsDecoder, feeds: dict[str, Any]) -> tuple[np.ndarray, Layers]:
+        """The steps graph on `feeds` -> logits (R, 1, V) and the L keys then L values."""
+        logits, *present = steps.decoder.run(steps.outputs, feeds)
+        return logits, present
+
+    def pad(self, arrays: Layers, extra_rows: int = 0, width: int | None = None) -> Layers:
+        """Zero rows after the last and zero columns up to `width` (default: as they are)."""
+        out = []
+        for old in arrays:
+            batch, heads, length, d_head = old.shape
+            shape = (batch + extra_rows, heads, length if width is None else width, d_head)
+            new = np.zeros(shape, old.dtype)
+            new[:batch, :, :length] = old
+            out.append(new)
+        return out
+
+    def write(self, arrays: Layers, slots: np.ndarray, new: Layers) -> Layers:
+        """Rows `slots` of each array replaced by new (N, H, S', dh), S' <= the array's columns
+        (the columns past S' keep what they held), in place."""
+        for old, rows in zip(arrays, new, strict=True):
+            old[slots, :, : rows.shape[2]] = rows
+        return arrays
+
+    def take(
+        self, arrays: Layers, rows: np.ndarray, first: int = 0, last: int | None = None
+    ) -> Layers:
+        """Rows `rows`, columns first..last of each array (contiguous copies)."""
+        return [np.ascontiguousarray(a[rows, :, first:last]) for a in arrays]
+
+
+class DeviceTensors:
+    """The same edits on OrtValues on the steps graph's device (runtime/device_rows.py)."""
+
+    def __init__(self, steps: StepsDecoder, device_type: str, device_id: int = 0) -> None:
+        self.rows = DeviceRows.like(steps.decoder, device_type, device_id)
+        self.device_type, self.device_id = device_type, device_id
+
+    def encode(self, steps: StepsDecoder, src_ids: np.ndarray) -> tuple[Layers, Layers]:
+        """`HostTensors.encode` with the cross K/V written on the device."""
+        binding = steps.encoder.io_binding()
+        binding.bind_cpu_input(C.SRC_IDS, np.ascontiguousarray(src_ids, dtype=np.int64))
+        for name in steps.cross_names:
+            binding.bind_output(name, self.device_type, self.device_id)
+        steps.encoder.run_with_iobinding(binding)
+        out = binding.get_outputs()
+        return out[: steps.layers], out[steps.layers :]
+
+    def run(self, steps: StepsDecoder, feeds: dict[str, Any]) -> tuple[np.ndarray, Layers]:
+        """`HostTensors.run` with the K/V bound in place: the logits come to the host, the
+        cache stays on the device."""
+        binding = steps.decoder.io_binding()
+        for name, value in feeds.items():
+            if isinstance(value, np.ndarray):
+                binding.bind_cpu_input(name, np.ascontiguousarray(value))
+            else:
+                binding.bind_ortvalue_input(name, value)
+        binding.bind_output(C.LOGITS, "cpu")
+        for name in steps.outputs[1:]:
+            binding.bind_output(name, self.device_type, self.device_id)
+        steps.decoder.run_with_iobinding(binding)
+        logits, *present = binding.get_outputs()
+        return logits.numpy(), present
+
+    def pad(self, values: Layers, extra_rows: int = 0, width: int | None = None) -> Layers:
+        """`HostTensors.pad` on the device."""
+        return list(self.rows.pad(values, extra_rows, width))
+
+    def write(self, values: Layers, slots: np.ndarray, new: Layers) -> Layers:
+        """`HostTensors.write` on the device (new copies; new's columns padded first)."""
+        width = _shape(values[0])[2]
+        return list(self.rows.write(values, slots, self.rows.pad(new, 0, width)))
+
+    def take(
+        self, values: Layers, rows: np.ndarray, first: int = 0, last: int | None = None
+    ) -> Layers:
+        """`HostTensors.take` on the device."""
+        return list(self.rows.take(values, rows, first, last))
 
 
 class StepsDecoder:
@@ -43,6 +143,7 @@ class StepsDecoder:
     ) -> None:
         cfg = generator.config
         self.encoder, self.decoder, self.config = encoder, decoder, cfg
+        self.device = generator.device  # "cuda": the live batch's K/V stay there
         self.layers, self.pad_id = cfg.n_decoder_layers, cfg.pad_id
         self.cross_names = C.encoder_outputs(self.layers)[1:]  # cross_k.*, then cross_v.*
         self.past_names = (
@@ -73,20 +174,21 @@ class StepsDecoder:
             return None
         return cls(encoder, session, generator)
 
-    def encode(self, src_ids: np.ndarray) -> tuple[Layers, Layers]:
-        """Cross K and V of src_ids int64 (B, S) right-padded: two L-lists of (B, H, S, dh)."""
-        out = self.encoder.run(list(self.cross_names), {C.SRC_IDS: src_ids})
-        return out[: self.layers], out[self.layers :]
+    def tensors(self) -> HostTensors | DeviceTensors:
+        """Where a live batch of this decoder keeps its K/V: numpy, or the GPU on CUDA."""
+        return DeviceTensors(self, "cuda") if self.device == "cuda" else HostTensors()
 
 
 class LiveBatch:
     """The decoder state of the rows in flight, one slot per row (see the module docstring)."""
 
-    def __init__(self, steps: StepsDecoder) -> None:
+    def __init__(self, steps: StepsDecoder, tensors: HostTensors | DeviceTensors | None = None):
         self.steps = steps
+        self.tensors = tensors or steps.tensors()  # where the K/V live (module docstring)
         cfg = steps.config
-        self.heads, self.d_head = cfg.n_heads, cfg.d_head
         empty = np.zeros((0, cfg.n_heads, 0, cfg.d_head), np.float32)
+        if isinstance(self.tensors, DeviceTensors):
+            empty = ort.OrtValue.ortvalue_from_numpy(empty, self.tensors.device_type)
         self.past_k: Layers = [empty] * steps.layers
         self.past_v: Layers = [empty] * steps.layers
         self.cross_k: Layers = [empty] * steps.layers
@@ -105,7 +207,7 @@ class LiveBatch:
     @property
     def cache_len(self) -> int:
         """Columns of the shared cache (T)."""
-        return int(self.past_k[0].shape[2])
+        return _shape(self.past_k[0])[2]
 
     def leave(self, slots: Sequence[int]) -> None:
         """Free `slots`: their rows are done (their state stays until a row takes the slot)."""
@@ -117,7 +219,7 @@ class LiveBatch:
         if not sources:
             return []
         src_ids = right_pad(sources, self.steps.pad_id)  # (n, S_new)
-        new_k, new_v = self.steps.encode(src_ids)
+        new_k, new_v = self.tensors.encode(self.steps, src_ids)
         width = src_ids.shape[1]
         if width > self.src_mask.shape[1]:
             self._widen(width)
@@ -126,9 +228,9 @@ class LiveBatch:
         if extra:
             self._append(extra)
         slots = np.concatenate([free, np.arange(self.rows - extra, self.rows)])
-        for old, new in ((self.cross_k, new_k), (self.cross_v, new_v)):
-            for layer, array in enumerate(old):
-                array[slots, :, :width] = new[layer]  # written over the slot's last row
+        layers = self.steps.layers  # written over the slots' last rows
+        cross = self.tensors.write([*self.cross_k, *self.cross_v], slots, [*new_k, *new_v])
+        self.cross_k, self.cross_v = cross[:layers], cross[layers:]
         self.src_mask[slots] = False
         self.src_mask[slots, :width] = src_ids != self.steps.pad_id
         self.src_len[slots] = [len(s) for s in sources]
@@ -139,14 +241,9 @@ class LiveBatch:
 
     def _widen(self, width: int) -> None:
         """Zero-pad the cross K/V and the source mask to `width` source positions."""
-
-        def widen(old: np.ndarray) -> np.ndarray:
-            out = np.zeros((old.shape[0], self.heads, width, self.d_head), old.dtype)
-            out[:, :, : old.shape[2]] = old
-            return out
-
-        self.cross_k = [widen(a) for a in self.cross_k]
-        self.cross_v = [widen(a) for a in self.cross_v]
+        layers = self.steps.layers
+        cross = self.tensors.pad([*self.cross_k, *self.cross_v], 0, width)
+        self.cross_k, self.cross_v = cross[:layers], cross[layers:]
         mask = np.zeros((self.rows, width), dtype=bool)
         mask[:, : self.src_mask.shape[1]] = self.src_mask
         self.src_mask = mask
@@ -158,9 +255,10 @@ class LiveBatch:
             zeros = np.zeros((count, *old.shape[1:]), old.dtype)
             return np.concatenate([old, zeros])
 
-        self.past_k, self.past_v = [grow(a) for a in self.past_k], [grow(a) for a in self.past_v]
-        self.cross_k = [grow(a) for a in self.cross_k]
-        self.cross_v = [grow(a) for a in self.cross_v]
+        layers = self.steps.layers
+        kv = self.tensors.pad([*self.past_k, *self.past_v, *self.cross_k, *self.cross_v], count)
+        self.past_k, self.past_v = kv[:layers], kv[layers : 2 * layers]
+        self.cross_k, self.cross_v = kv[2 * layers : 3 * layers], kv[3 * layers :]
         self.src_mask = grow(self.src_mask)
         self.src_len, self.start = grow(self.src_len), grow(self.start)
         self.position, self.live = grow(self.position), grow(self.live)
@@ -175,10 +273,11 @@ class LiveBatch:
         keep = np.flatnonzero(self.live)
         first = int(self.start[keep].min()) if len(keep) else self.cache_len
         width = int(self.src_len[keep].max()) if len(keep) else 0
-        self.past_k = [np.ascontiguousarray(a[keep, :, first:]) for a in self.past_k]
-        self.past_v = [np.ascontiguousarray(a[keep, :, first:]) for a in self.past_v]
-        self.cross_k = [np.ascontiguousarray(a[keep, :, :width]) for a in self.cross_k]
-        self.cross_v = [np.ascontiguousarray(a[keep, :, :width]) for a in self.cross_v]
+        layers, take = self.steps.layers, self.tensors.take
+        past = take([*self.past_k, *self.past_v], keep, first)
+        cross = take([*self.cross_k, *self.cross_v], keep, 0, width)
+        self.past_k, self.past_v = past[:layers], past[layers:]
+        self.cross_k, self.cross_v = cross[:layers], cross[layers:]
         self.src_mask = np.ascontiguousarray(self.src_mask[keep, :width])
         self.src_len, self.start = self.src_len[keep], self.start[keep] - first
         self.position, self.live = self.position[keep], self.live[keep]
@@ -190,8 +289,9 @@ class LiveBatch:
         first = int(self.start[self.live].min()) if self.live.any() else self.cache_len
         if not first or 2 * first < self.cache_len:
             return
-        self.past_k = [np.ascontiguousarray(a[:, :, first:]) for a in self.past_k]
-        self.past_v = [np.ascontiguousarray(a[:, :, first:]) for a in self.past_v]
+        layers = self.steps.layers
+        past = self.tensors.take([*self.past_k, *self.past_v], np.arange(self.rows), first)
+        self.past_k, self.past_v = past[:layers], past[layers:]
         self.start = np.maximum(self.start - first, 0)
 
     def step(self, last_ids: np.ndarray) -> np.ndarray:
@@ -208,7 +308,7 @@ class LiveBatch:
         }
         feeds.update(zip(steps.past_names, [*self.past_k, *self.past_v], strict=True))
         feeds.update(zip(steps.cross_names, [*self.cross_k, *self.cross_v], strict=True))
-        logits, *present = steps.decoder.run(steps.outputs, feeds)
+        logits, present = self.tensors.run(steps, feeds)
         self.past_k, self.past_v = present[: steps.layers], present[steps.layers :]
         self.position = self.position + live
         return logits[:, -1].astype(np.float32, copy=False)
