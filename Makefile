@@ -84,9 +84,10 @@ wheel: $(STAMP)
 	$(BIN)/python -c "import setuptools.build_meta as b; b.build_sdist('dist')"
 
 # edgeseq next to transformers, Optimum and CTranslate2 on an opus-mt-sized MarianMT built
-# here (docs/compare.md, "What users run today"). Not part of `test`: ~30 min on 2
-# cores. Optimum runs in its own venv (optimum-onnx 0.1 pins transformers 4.57); the
-# checkpoint and every export stay in runs/vs-optimum for the next run.
+# here (docs/compare.md, "What users run today"), at 1 intra-op thread and at every core,
+# each engine in a process of its own, CTranslate2 at its best ISA. Not part of `test`:
+# ~60 min on 2 cores. Optimum runs in its own venv (optimum-onnx 0.1 pins transformers
+# 4.57); the checkpoint and every export stay in runs/vs-optimum for the next run.
 OPTIMUM_VENV := .venv-optimum
 $(OPTIMUM_VENV)/bin/python:
 	$(PY) -m venv $(OPTIMUM_VENV)
@@ -95,6 +96,8 @@ $(OPTIMUM_VENV)/bin/python:
 bench-marian: $(STAMP) $(OPTIMUM_VENV)/bin/python
 	$(BIN)/python benchmarks/vs_optimum.py runs/vs-optimum --inputs 64 --passes 3 \
 		--json runs/vs-optimum/report.json
+	$(BIN)/python benchmarks/vs_optimum.py runs/vs-optimum --inputs 64 --passes 3 \
+		--threads $$(nproc) --json runs/vs-optimum/report-all-cores.json
 
 # deploy/Dockerfile built and run (docs/serve.md, "Docker"): the image serves an exported
 # g2p-en bundle on 127.0.0.1; /health, outputs equal to offline generate, no torch, uid

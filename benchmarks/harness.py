@@ -193,6 +193,16 @@ def cpu_info() -> dict[str, Any]:
     }
 
 
+def ct2_best_isa() -> dict[str, str]:
+    """The environment that gives CTranslate2 its best setting on this CPU:
+    CT2_FORCE_CPU_ISA=AVX512 where the CPU has AVX-512 (CTranslate2 4.8 does not choose it by
+    itself on AMD EPYC CPUs, and it was 10-30% faster at batch 32 with it there); nothing
+    where it has not, or when the variable is already set."""
+    if "CT2_FORCE_CPU_ISA" in os.environ or "avx512f" not in cpu_info()["flags"]:
+        return {}
+    return {"CT2_FORCE_CPU_ISA": "AVX512"}
+
+
 def versions(modules: Sequence[str]) -> dict[str, str]:
     """edgeseq's version, then each of `modules`' `__version__` in order, then Python's."""
     from edgeseq.export.onnx_export import edgeseq_version

@@ -21,15 +21,18 @@ already there:
   environment `--optimum-python` (default .venv-optimum/bin/python; optimum-onnx
   0.1 pins transformers 4.57). Without it the Optimum rows are skipped and the report says why.
 
-The engines, one intra-op thread each (`--threads`), every one starting from Marian's ids:
-transformers `MarianMTModel.generate` (PyTorch eager), Optimum `ORTModelForSeq2SeqLM.generate`,
-CTranslate2 `Translator.translate_batch` (fp32, int8) and edgeseq `Generator.generate`
-(`Generator.load(bundle, threads=1, variant=...)`, default options: it tokenizes the text
-itself, which is inside its time). The search is the same everywhere: greedy or beam 4, no
-sampling, length penalty 1, an input stops at beam_size finished hypotheses (transformers'
-`early_stopping=True`, edgeseq's default), no `</s>` forced at the cap, at most
-`--max-new-tokens`. Inputs: `--inputs` held-out sentences of the synthetic language, sorted
-by length and cut into batches (`harness.cut`), the same for every engine.
+The engines, one intra-op thread each (`--threads`), each in a process of its own
+(`engine_process.py`; `--one-process`: all but Optimum in this one), every one starting from
+Marian's ids: transformers `MarianMTModel.generate` (PyTorch eager), Optimum
+`ORTModelForSeq2SeqLM.generate`, CTranslate2 `Translator.translate_batch` (fp32, int8; at its
+best setting: `CT2_FORCE_CPU_ISA=AVX512` where the CPU has AVX-512, `harness.ct2_best_isa`)
+and edgeseq `Generator.generate` (`Generator.load(bundle, threads=..., variant=...)`,
+default options: it tokenizes the text itself, which is inside its time). The search is the
+same everywhere: greedy or beam 4, no sampling, length penalty 1, an input stops at
+beam_size finished hypotheses (transformers' `early_stopping=True`, edgeseq's default), no
+`</s>` forced at the cap, at most `--max-new-tokens`. Inputs: `--inputs` held-out sentences
+of the synthetic language, sorted by length and cut into batches (`harness.cut`), the same
+for every engine.
 
 Timing is `harness.measure`, as in `vs_ctranslate2.py`: in each pass every cell (search x
 batch size) runs each engine once over all inputs, in an order rotated per pass and cell; a
@@ -57,11 +60,13 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+from engine_process import ProcessEngine  # noqa: E402
 from harness import (  # noqa: E402
     REFERENCE,
     add_cell_options,
     cell_name,
     cpu_info,
+    ct2_best_isa,
     emit_report,
     measure,
     positive_int,
@@ -253,6 +258,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_OPTIMUM_PYTHON,
         help="Optimum's venv python (default .venv-optimum)",
     )
+    parser.add_argument(
+        "--one-process",
+        action="store_true",
+        help="run transformers, CTranslate2 and edgeseq in this process (default: each in a "
+        "process of its own, so that their thread pools never share the cores)",
+    )
     parser.add_argument("--json", type=Path, help="write every number to this JSON file")
     return parser.parse_args(argv)
 
@@ -273,7 +284,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sources, text_of, differ = source_ids(marian, texts, bundle)
     vocab = json.loads((marian / "vocab.json").read_text(encoding="utf-8"))
     pad, cap = vocab["<pad>"], args.max_new_tokens
-    engines: list[Engine] = [TransformersEngine(marian, pad, cap)]
+    texts = [[list(ids), text] for ids, text in text_of.items()]
+    specs = {
+        SOURCE: {"kind": "transformers", "marian": str(marian), "pad": pad},
+        **{
+            f"ctranslate2 {label}": {"kind": "ctranslate2", "path": str(ct2_dir),
+                                     "compute_type": compute, "vocab": str(marian / "vocab.json")}
+            for compute, label in (("float32", "fp32"), ("int8", "int8"))
+        },
+        **{
+            f"edgeseq {variant}": {"kind": "edgeseq", "variant": variant, "bundle": str(bundle),
+                                   "texts": texts}
+            for variant in ("fp32", "int8")
+        },
+    }  # fmt: skip
+    if args.one_process:
+        engines: list[Engine] = [TransformersEngine(marian, pad, cap)]
+    else:
+        engines = [ProcessEngine(SOURCE, specs[SOURCE], args.threads, cap)]
     skipped = {}
     if args.optimum_python.is_file():
         say("starting the Optimum worker (exports WORK/optimum when absent)")
@@ -285,19 +313,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     else:
         skipped["optimum"] = f"{args.optimum_python} not found (make bench-marian creates it)"
         say(f"skipping Optimum: {skipped['optimum']}")
-    for compute_type, label in (("float32", "fp32"), ("int8", "int8")):
-        engines.append(
-            Ct2Engine(f"ctranslate2 {label}", ct2_dir, compute_type, args.threads, vocab, cap)
-        )
-    for variant in ("fp32", "int8"):
-        engines.append(EdgeseqEngine(variant, bundle, args.threads, text_of, cap))
-    machine = cpu_info()
+    for name, spec in list(specs.items())[1:]:
+        if not args.one_process:
+            engines.append(ProcessEngine(name, spec, args.threads, cap))
+        elif spec["kind"] == "ctranslate2":
+            engines.append(Ct2Engine(name, ct2_dir, spec["compute_type"], args.threads, vocab, cap))
+        else:
+            engines.append(EdgeseqEngine(spec["variant"], bundle, args.threads, text_of, cap))
+    machine = cpu_info() | {"ct2_cpu_isa": os.environ.get("CT2_FORCE_CPU_ISA", "its default")}
     bytes_per_s = copy_bandwidth(64 if args.tiny else 512)
     cells = measure(engines, sources, args.batch_sizes, args.beams, args.passes)
     machine["loadavg_after"] = list(os.getloadavg())
     optimum = next((e for e in engines if isinstance(e, OptimumEngine)), None)
-    if optimum is not None:
-        optimum.close()
+    for engine in engines:
+        if isinstance(engine, (OptimumEngine, ProcessEngine)):
+            engine.close()
     manifest = json.loads((bundle / "manifest.json").read_text())
     first_cell = (min(args.beams), max(args.batch_sizes))  # greedy, unless no greedy cell ran
     lengths = [len(o) for o in engines[0].outputs[first_cell]]
@@ -359,6 +389,7 @@ def files_mb(marian: Path, bundle: Path, ct2_dir: Path, optimum: OptimumEngine |
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print markdown (and write --json). Returns the exit status."""
     args = parse_args(argv)
+    os.environ.update(ct2_best_isa())  # before ctranslate2 loads, here and in the workers
     try:
         import ctranslate2  # noqa: F401
         import transformers  # noqa: F401

@@ -115,6 +115,8 @@ def markdown(report: dict[str, Any]) -> str:
         ]
     cpu = report["machine"]
     setting = f"{cpu['cpus']} CPUs, {report['threads']} thread(s) per engine"
+    if "ct2_cpu_isa" in cpu:  # reports before it: CTranslate2's default
+        setting += f", CTranslate2 ISA {cpu['ct2_cpu_isa']}"
     lines += [
         "",
         machine_line(cpu, report["versions"], setting)
