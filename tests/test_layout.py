@@ -1,5 +1,6 @@
-"""The layout's rules hold: runtime/ stands alone, every --help works without torch, files stay
-small.
+"""The layout's rules hold: runtime/ stands alone, every --help works without torch, no module
+imports another's private names, docs/architecture.md names every module. (Files are split by
+concept, not by a line count.)
 
 runtime/ is what a deployment installs: by its syntax tree (imports and string constants
 alike) it never reaches torch, onnx, build_model, export, bench or cli. Every command's
@@ -25,7 +26,6 @@ BANNED_MODULES = ("torch", "onnx", "onnxscript", "safetensors")
 BANNED_PACKAGES = ("build_model", "export", "bench", "cli")
 # A string naming another layer as a module: "edgeseq.export", "build_model.tasks", ...
 LAYER_IN_STRING = re.compile(r"\bedgeseq\.(build_model|export|bench|cli)\b|\bbuild_model\.\w")
-MAX_LINES = 400
 SOURCE_DIRS = ("runtime", "build_model", "export", "bench", "cli", "benchmarks", "scripts", "tests")
 
 BLOCK_HEAVY = textwrap.dedent(
@@ -116,16 +116,6 @@ def test_a_torch_command_without_torch_names_the_extra(tmp_path) -> None:
     assert proc.stderr.strip().splitlines() == [
         "error: this command needs torch: install the training extra: pip install 'edgeseq[train]'"
     ]
-
-
-def test_no_python_file_is_over_the_line_budget() -> None:
-    long = {
-        str(path.relative_to(ROOT)): n
-        for folder in SOURCE_DIRS
-        for path in sorted((ROOT / folder).rglob("*.py"))
-        if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES
-    }
-    assert long == {}
 
 
 def private_imports(paths: list[Path]) -> list[str]:
