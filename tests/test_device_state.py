@@ -215,3 +215,45 @@ def test_cuda_gpt_equals_cpu(gpt_case: dict[str, Any]) -> None:
     for options in OPTIONS:
         got, want = gpu.generate(prompts, options), cpu.generate(prompts, options)
         assert [r.token_ids for r in got] == [r.token_ids for r in want]
+
+
+CUDA_TEXTS = ["abc", "j", "hgfedcba", "bad", "cafebabe", "ji", "abcdefghij", "aaaa"]
+
+
+@pytest.mark.cuda
+def test_cuda_one_graph_search_equals_cpu(search_bundle: Path) -> None:
+    """On CUDA `auto` runs greedy and beam search in the one-graph variant at any batch size;
+    its ids are the CPU loop's."""
+    from edgeseq.runtime.generator import Generator
+
+    gpu = _cuda_generator(search_bundle)
+    cpu = Generator.load(search_bundle, providers="cpu", search="loop")
+    for options in OPTIONS:
+        big = GenerationOptions(beam_size=options.beam_size, batch_size=128)
+        assert gpu.uses_graph(big)
+        got, want = gpu.generate(CUDA_TEXTS, big), cpu.generate(CUDA_TEXTS, big)
+        assert [r.token_ids for r in got] == [r.token_ids for r in want]
+
+
+@pytest.mark.cuda
+def test_cuda_step_batching_equals_cpu(steps_bundle: Path) -> None:
+    """The server's live batch with its K/V on the GPU (DeviceTensors) answers greedy
+    requests with the CPU's offline ids."""
+    from edgeseq.runtime.generator import Generator
+    from edgeseq.runtime.serve.batcher import BatchSettings
+    from edgeseq.runtime.serve.continuous import StepBatcher, steps_decoder
+    from edgeseq.runtime.serve.live_batch import DeviceTensors
+
+    gpu = _cuda_generator(steps_bundle)
+    steps = steps_decoder(gpu, "step")
+    assert isinstance(steps.tensors(), DeviceTensors)
+    cpu = Generator.load(steps_bundle, providers="cpu")
+    batcher = StepBatcher(gpu, steps, BatchSettings(max_batch=8, max_wait_ms=2))
+    batcher.start()
+    try:
+        futures = [batcher.submit([text], GenerationOptions(), 60) for text in CUDA_TEXTS]
+        got = [future.result(60)[0] for future in futures]
+    finally:
+        batcher.close()
+    want = cpu.generate(CUDA_TEXTS, GenerationOptions())
+    assert [r.token_ids for r in got] == [r.token_ids for r in want]
