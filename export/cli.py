@@ -59,7 +59,7 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     show_default=True,
     help="What SOURCE is: an edgeseq checkpoint (checkpoint), a torch.nn.Transformer model "
     "described by a torch_source.json (torch), a Hugging Face MarianMT directory (marian), "
-    "M2M-100 / NLLB-200 (m2m_100), BART or mBART-50 (mbart); auto recognises it.",
+    "M2M-100 / NLLB-200 (m2m_100), BART or mBART-50 (mbart), T5 (t5); auto recognises it.",
 )
 @click.option(
     "--data",
@@ -67,6 +67,12 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     default=None,
     help="Held-out inputs for parity level 3 and the gates: one input per line, optionally "
     "TAB reference (default: the checkpoint task's dev split, else random ids).",
+)
+@click.option(
+    "--target-lang",
+    default=None,
+    help="A multilingual model's default target language, recorded in the bundle (default: "
+    "the source's tgt_lang or forced_bos_token_id, else none).",
 )
 @click.option("--opset", type=int, default=None, help="ONNX opset (default: the exporter's).")
 @click.option("--force", is_flag=True, help="Replace an existing bundle at --out.")
@@ -113,6 +119,7 @@ def export(
     out: Path,
     adapter: str,
     data: Path | None,
+    target_lang: str | None,
     opset: int | None,
     force: bool,
     no_verify: bool,
@@ -125,8 +132,9 @@ def export(
     """Export SOURCE to an ONNX bundle at --out, with parity evidence in its manifest.
 
     SOURCE is a checkpoint of `edgeseq train`, a torch_source.json describing your own
-    torch.nn.Transformer model, or a Hugging Face MarianMT directory (save_pretrained);
-    imported models are also checked against the original model (docs/import.md)."""
+    torch.nn.Transformer model, or a Hugging Face directory (save_pretrained) of MarianMT,
+    M2M-100 / NLLB, BART / mBART-50 or T5; imported models are also checked against the
+    original model (docs/import.md)."""
     start = time.perf_counter()
     from .gate import GateError
     from .options import ExportOptions
@@ -147,7 +155,7 @@ def export(
         try:
             options = ExportOptions(
                 opset=opset, force=force, verify=not no_verify, inputs=inputs,
-                variants=variants, fuse=fuse, data=data, progress=say,
+                variants=variants, fuse=fuse, data=data, progress=say, target_lang=target_lang,
             )  # fmt: skip
             source = None if adapter == "auto" else adapter
             manifest = export_checkpoint(checkpoint, out, options, source=source)

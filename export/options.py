@@ -34,6 +34,7 @@ class ExportOptions:
     fuse: bool = True  # fused attention operators (encoder–decoder); False: standard ONNX
     data: str | Path | None = None  # a file of held-out inputs instead of the task's split
     max_new_tokens: int | None = None  # parity decodes' step budget (None: max_len)
+    target_lang: str | None = None  # a multilingual model's default target in the bundle
     progress: Progress | None = None  # called with each progress line
 
     def say(self, line: str) -> None:

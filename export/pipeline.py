@@ -12,9 +12,11 @@ groups of a bundle. `ExportOptions.progress` receives their progress lines.
 
 from __future__ import annotations
 
+import copy
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +85,8 @@ def export_source(
     the steps after the adapter, which never ask where the model came from."""
     options = options or ExportOptions()
     refuse_search_with_languages(source, options)
+    if options.target_lang is not None:
+        source = with_default_target(source, options.target_lang)
     kind = kind_module(source.model.cfg.architecture)
     return kind.export(source, out, options)
 
@@ -97,6 +101,25 @@ def refuse_search_with_languages(source: SourceModel, options: ExportOptions) ->
             "language, which the one-graph search cannot force; leave search out of --variants "
             "(generate runs the Python loop)"
         )
+
+
+def with_default_target(source: SourceModel, code: str) -> SourceModel:
+    """`source` with `code` as its default target language (`export --target-lang`): the bundle
+    records it, and parity forces it as the source model's own generate does; OptionsError
+    for a code the model does not have (with the list) or a model without a language list."""
+    if source.languages is None:
+        raise OptionsError(
+            f"--target-lang {code}: {source.adapter} models have no language list; drop it"
+        )
+    codes = source.languages["codes"]
+    if code not in codes:
+        raise OptionsError(f"--target-lang {code!r} is not one of this model's: {', '.join(codes)}")
+    reference = source.reference
+    if reference is not None and getattr(reference, "target_prefix", ()):
+        reference = copy.copy(reference)
+        reference.target_prefix = (codes[code],)  # type: ignore[attr-defined]
+    languages = {**source.languages, "default_target": code}
+    return replace(source, languages=languages, reference=reference)
 
 
 def verify_bundle(
@@ -121,4 +144,7 @@ def verify_bundle(
             f"{loaded.path} was exported from a model with another config than {checkpoint}; "
             "pass the checkpoint it was exported from"
         )
+    target = loaded.languages.default_target if loaded.languages is not None else None
+    if target is not None and target != (loaded_source.languages or {}).get("default_target"):
+        loaded_source = with_default_target(loaded_source, target)  # export --target-lang's
     return kind_module(loaded.config.architecture).verify(loaded, loaded_source, options)

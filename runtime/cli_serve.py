@@ -4,6 +4,7 @@ no torch, only the `serve` extra (`pip install 'edgeseq[serve]'`).
     edgeseq serve bundles/g2p-en                                  # 127.0.0.1:8000
     edgeseq serve bundles/g2p-en --host 0.0.0.0 --max-batch 32 --max-wait-ms 5
     edgeseq serve bundles/g2p-en --host 0.0.0.0 --api-key-file /run/secrets/edgeseq-key
+    edgeseq serve bundles/nllb --target-lang fra_Latn      # the target unless a request names one
     edgeseq serve bundles/g2p-en --ray --replicas 2 --max-replicas 4   # Ray Serve ('ray' extra)
 
 The routes, status codes and JSON are in docs/serve.md.
@@ -129,6 +130,12 @@ def _require(module: str, extra: str) -> None:
     help="Graph variant of the bundle (default: fp32, or the only one, as generate).",
 )
 @click.option(
+    "--target-lang",
+    default=None,
+    help="A multilingual model's target language for requests that name none (default: the "
+    "bundle's, set by export --target-lang); a request's own target_lang wins.",
+)
+@click.option(
     "--batching",
     type=click.Choice(("auto", "step", "request")),
     default="auto",
@@ -173,6 +180,7 @@ def serve(
     provider: str | None,
     threads: int | None,
     variant: str | None,
+    target_lang: str | None,
     batching: str,
     access_log: bool,
     api_key_file: Path | None,
@@ -215,6 +223,12 @@ def serve(
             args["variant"] = variant
         if threads is not None:
             args["threads"] = threads
+        if target_lang is not None:  # refused here, not in each replica
+            from .bundle import load_bundle
+            from .languages import with_default_target
+
+            with_default_target(load_bundle(bundle).languages, target_lang)
+            args["target_lang"] = target_lang
         if max_replicas is not None:
             args["max_replicas"] = max_replicas
         if api_key is not None:
@@ -233,7 +247,9 @@ def serve(
     from .serve.batcher import BatchSettings
     from .serve.request import Limits
 
-    generator = Generator.load(bundle, providers=provider, threads=threads, variant=variant)
+    generator = Generator.load(
+        bundle, providers=provider, threads=threads, variant=variant, target_lang=target_lang
+    )
     variant = generator.variant
     settings = BatchSettings(max_batch, max_batch_tokens, max_wait_ms, max_queue, workers)
     limits = Limits(max_inputs=max_inputs, max_chars=max_chars)
@@ -253,6 +269,8 @@ def serve(
     else:
         line = f"per request (no steps variant for {variant}: export --variants ...,steps)"
     click.echo(f"batching: {line}", err=True)  # once, at start
+    if target_lang is not None:
+        click.echo(f"target language: {target_lang} unless a request names one", err=True)
     if warning:
         click.echo(warning, err=True)
     config = uvicorn.Config(

@@ -2,6 +2,7 @@
 
     gen = Generator.load("bundles/rev")                # $EDGESEQ_PROVIDER, else "auto"
     gen = Generator.load("g2p-en")                     # a built-in bundle (edgeseq models)
+    gen = Generator.load("bundles/nllb", target_lang="fra_Latn")  # a default target language
     [r] = gen.generate(["abc"], GenerationOptions(beam_size=4, n_best=2))
     r.text, r.token_ids, r.score, [c.text for c in r.nbest]
     for piece in gen.stream("abc"):                    # greedy or sampling, token by token
@@ -43,7 +44,7 @@ from .graph_search import (
     unsupported_reason,
 )
 from .kinds import generator_class
-from .languages import forced_target_ids, no_languages, source_start
+from .languages import forced_target_ids, no_languages, source_start, with_default_target
 from .lazy import Lazy
 from .padding import right_pad
 from .prefix import forced
@@ -113,6 +114,7 @@ class Generator:
         variant: str | None = None,
         optimization: str = "all",
         search: str = "auto",
+        target_lang: str | None = None,
     ) -> Generator:
         """Check and open the bundle at `bundle_dir` (a directory, or a built-in name such
         as "g2p-en"; see `load_bundle`), graph `variant` (default: `Bundle.default_variant`),
@@ -121,13 +123,18 @@ class Generator:
         else "auto"; see runtime/providers.py) with `threads` intra-op threads (default: every
         core). `search`: "auto" runs greedy and beam search in the bundle's one-graph search
         variant when it has one for `variant`'s precision, "graph" insists on it, "loop"
-        always drives the two graphs from Python (runtime/graph_search.py)."""
+        always drives the two graphs from Python (runtime/graph_search.py). `target_lang`: the
+        default target language of a multilingual model instead of the bundle's (a request's
+        own `target_lang` still wins); OptionsError for a code the model does not have."""
         providers = check_providers(providers)
         if search not in SEARCH_MODES:
             raise OptionsError(
                 f"unknown search {search!r}; choose one of {', '.join(SEARCH_MODES)}"
             )
         bundle = load_bundle(bundle_dir)
+        if target_lang is not None:
+            languages = with_default_target(bundle.languages, target_lang)
+            bundle = replace(bundle, languages=languages)
         kind = generator_class(bundle.architecture)  # runtime/kinds/: one module per kind
         variant = variant or bundle.default_variant
         generator = kind.open(

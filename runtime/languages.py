@@ -5,6 +5,7 @@ goes, and the defaults, as config.json's "languages" object records them (docs/b
     langs.source_prefix_ids("eng_Latn")     # [id of eng_Latn]: what goes before the tokens
     langs.target_prefix("fra_Latn")         # (id of fra_Latn,): forced as the first token
     options = langs.resolve(options)        # the defaults filled in, unknown codes refused
+    langs = with_default_target(langs, "deu_Latn")  # another default target (serve --target-lang)
 
 A code's token is the code itself (NLLB, mBART-50) or "token_format" with the code for {}
 (M2M-100: `__{}__`, code `fr`, token `__fr__`). A source is `[source language] tokens </s>`
@@ -99,6 +100,17 @@ def no_languages(options: GenerationOptions) -> None:
     if named:
         flags = " and ".join(f"--{n.replace('_lang', '')}-lang ({n})" for n in named)
         raise OptionsError(f"this model has no language list: drop {flags}")
+
+
+def with_default_target(languages: Languages | None, code: str) -> Languages:
+    """`languages` with `code` as the default target (`edgeseq serve --target-lang`, the bundle's
+    own from `edgeseq export --target-lang`); OptionsError for a code the model does not have
+    (with the list) or a model without a language list."""
+    if languages is None:
+        no_languages(GenerationOptions(target_lang=code))
+    assert languages is not None
+    languages.check(code, "target")
+    return replace(languages, default_target=code)
 
 
 def source_start(

@@ -17,6 +17,10 @@ values ignored, `...` for any text), and every command must exit as the page imp
 - docs/serve.md: exports the shipped g2p-en, starts `edgeseq serve` in the background, and
   runs the page's `curl` session against it (port 8000 replaced by a free one), then stops the
   server with SIGINT; exports the load test's steps bundle.
+- docs/serve-translation.md: builds a tiny MarianMT and a tiny NLLB-layout model
+  (tests/hf_fixtures.py, tests/m2m_fixtures.py), exports them for a CPU server (the NLLB one
+  with `--target-lang`) and the Marian one for a GPU, serves both (ports 8080 and 8081
+  replaced by free ones) and runs the page's `curl` requests; about 5 minutes on 2 cores.
 
 The pages write under `/tmp/`; the test rewrites `/tmp/` to a `tmp/` of its own working
 directory, outputs included. Every page runs in a directory of its own (BUILDS: the commands
@@ -54,6 +58,7 @@ SKIP = {
     "providers.md": {},
     "runtime.md": {},
     "serve.md": {},
+    "serve-translation.md": {},
     "import.md": {
         "pip install '.[train,hf]'": "an install (tests/test_readme.py runs the README's installs)",
     },
@@ -68,7 +73,18 @@ BUILDS = {
     "export.md": [TRAIN_REV, "edgeseq export runs/rev/best --out bundles/rev"],
     "runtime.md": [TRAIN_REV, "edgeseq export runs/rev/best --out bundles/rev"],
     "serve.md": ["edgeseq export models/g2p-en --out bundles/g2p-en"],
+    "serve-translation.md": [
+        "python -c \"import sys; sys.path.insert(0, 'tests'); from hf_fixtures import "
+        "build_marian_dir; build_marian_dir('opus-mt-en-de', copy_steps=400)\"",
+        "python -c \"import sys; sys.path.insert(0, 'tests'); from m2m_fixtures import "
+        "build_m2m_dir; build_m2m_dir('nllb-200-distilled-600M', copy_steps=200)\"",
+    ],
 }
+# serve-translation.md's two servers, with the option the page is about.
+TRANSLATION_SERVERS = [
+    "edgeseq serve bundles/opus-mt-en-de --variant int8 --port 8080",
+    "edgeseq serve bundles/nllb --variant int8 --target-lang fra_Latn --port 8081",
+]
 SERVER = "edgeseq serve bundles/g2p-en --provider cpu"  # serve.md's; on port 8000 as written
 
 
@@ -94,6 +110,12 @@ def test_every_skipped_command_is_on_its_page_and_the_pages_have_steps() -> None
     serve = [s for s in steps_of("serve.md") if not s.skip]
     assert [s.text for s in serve if s.background] == [SERVER]
     assert all("localhost:8000" in s.text for s in serve if s.text.startswith("curl"))
+    translation = [s for s in steps_of("serve-translation.md") if not s.skip]
+    assert [s.text for s in translation if s.background] == TRANSLATION_SERVERS
+    requests = [s.text for s in translation if s.text.startswith("curl")]
+    assert any("8081" in r and '"target_lang"' in r for r in requests)
+    assert any("8081" in r and "target_lang" not in r for r in requests)
+    assert any("--target-lang fra_Latn" in s.text for s in translation if "export" in s.text)
 
 
 @pytest.mark.docs
@@ -110,4 +132,10 @@ def test_a_page_gives_what_it_shows(page: str, tmp_path: Path) -> None:
     if page == "serve.md":  # a free port instead of 8000, so that parallel runs do not collide
         port = free_port()
         replace |= {SERVER: f"{SERVER} --port {port}", ":8000": f":{port}"}
+    if page == "serve-translation.md":
+        ports = [free_port(), free_port()]
+        while ports[1] == ports[0]:
+            ports[1] = free_port()
+        for old, port in zip(("8080", "8081"), ports, strict=True):
+            replace |= {f"--port {old}": f"--port {port}", f":{old}": f":{port}"}
     assert run_steps(steps, tmp_path, base_env(), replace, timeout=2400) == []

@@ -1,12 +1,14 @@
 """Importing a Hugging Face M2M-100 / NLLB checkpoint (export/sources/m2m_100.py): logits,
 cached steps and the source's own greedy and beam-4 generate with the forced target language,
-the tokenizer's ids, the bundle's languages through the CLI, the API and server batching,
-and what the adapter refuses (one `error:` line, exit 1, nothing at --out)."""
+the tokenizer's ids, the bundle's languages through the CLI, the API and server batching, a
+default target language (export and serve --target-lang), and what the adapter refuses (one
+`error:` line, exit 1, nothing at --out)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -300,3 +302,62 @@ def test_a_generated_bos_is_fed_back_as_the_source_feeds_it(
     assert sum(1 in ids[1:-1] for ids in greedy) >= 3  # <s> mid-output, then more tokens
     assert reference.generate(sources, 1, MAX_NEW) == greedy
     assert reference.generate(sources, 4, MAX_NEW) == beam
+
+
+def test_a_default_target_language_for_the_server_and_the_bundle(
+    nllb_dir: Path, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """`serve --target-lang` (Generator.load's target_lang) and `export --target-lang` (the
+    bundle's default_target) give what a request naming that language gets, through the API,
+    the CLI and the server (step batching); a request's own target_lang still wins."""
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    from serve_client import generate, running
+
+    from edgeseq.runtime.serve.app import create_app
+
+    opts = GenerationOptions(max_new_tokens=MAX_NEW)
+    default = Generator.load(bundle)
+    named = [r.text for r in default.generate(TEXTS, replace(opts, target_lang="deu_Latn"))]
+    french = [r.text for r in default.generate(TEXTS, opts)]
+    assert named != french  # the default (fra_Latn) and deu_Latn differ on the copy model
+    gen = Generator.load(bundle, target_lang="deu_Latn")
+    assert [r.text for r in gen.generate(TEXTS, opts)] == named
+    assert [r.text for r in gen.generate(TEXTS, replace(opts, target_lang=TARGET))] == french
+    with running(create_app(gen)) as port:  # the bundle has steps: greedy is step-batched
+        for options, want in (({}, named), ({"target_lang": TARGET}, french)):
+            status, body = generate(port, TEXTS, {"max_new_tokens": MAX_NEW, **options})
+            assert status == 200 and [r["output"] for r in body["results"]] == want, body
+    out = tmp_path / "deu"
+    args = ["export", str(nllb_dir), "--out", str(out), "--target-lang", "deu_Latn"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    config = json.loads((out / "config.json").read_text())
+    assert config["languages"]["default_target"] == "deu_Latn"
+    assert json.loads((out / "manifest.json").read_text())["parity"]["source"]["passed"]
+    args = ["generate", str(out), *TEXTS, "--max-new-tokens", str(MAX_NEW)]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0 and result.stdout.splitlines() == named, result.output
+    result = CliRunner().invoke(cli, ["verify", str(out), "--checkpoint", str(nllb_dir)])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("command", ["export", "serve"])
+def test_a_default_target_language_is_refused_with_one_line(
+    command: str, nllb_dir: Path, bundle: Path, tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    """An unknown code (with the model's list), and any code for a model without a language
+    list (the built-in g2p-en), refused before anything is written or served."""
+    codes = "deu_Latn, eng_Latn, fra_Latn, zho_Hans"
+    if command == "export":
+        _export_fails(nllb_dir, tmp_path / "a", codes, capsys, "--target-lang", "klingon")
+        g2p = Path(__file__).resolve().parents[1] / "models" / "g2p-en"
+        more = ("--target-lang", "fra_Latn")
+        _export_fails(g2p, tmp_path / "b", "no language list", capsys, *more)
+        return
+    pytest.importorskip("uvicorn", reason="the serve extra is not installed")
+    code, err = run_main(["serve", str(bundle), "--target-lang", "klingon"], capsys)
+    assert code == 1
+    assert err == f"error: target language 'klingon' is not one of this model's: {codes}\n"
+    code, err = run_main(["serve", "g2p-en", "--target-lang", "fra_Latn"], capsys)
+    assert code == 1
+    assert err == "error: this model has no language list: drop --target-lang (target_lang)\n"

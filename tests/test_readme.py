@@ -18,8 +18,9 @@ neither (or loses one that is): a new command must be given a test here.
   linked from the repository), so the results table finds the quick start's bundle.
 
 The README's Python example runs too (its ```text block is its output), the synopses of the
-commands table are checked against each command's `--help`, and every link of README.md and
-docs/ must point at a file and heading that exist. README.md and docs/*.md stay within their
+commands table are checked against each command's `--help`, and every link of README.md,
+docs/ and models/*/README.md must point at a file and heading that exist (anchors as GitHub
+computes them from headings). README.md and docs/*.md stay within their
 sizes: line counts, prose lines of at most 120 characters, table cells of at most 300.
 """
 
@@ -318,35 +319,99 @@ def test_slow_block(commands: list[Command], workdir: Path, tmp_path) -> None:
 
 
 # -- the documents ----------------------------------------------------------------------------
+FENCE = re.compile(r"\s{0,3}(```|~~~)")
+
+
+def github_anchor(title: str) -> str:
+    """The anchor GitHub gives a heading's text: links and images reduced to their text, HTML
+    tags dropped, lower case, every character but letters, digits, `_`, `-` and spaces
+    dropped, spaces made `-` (a second equal anchor gets `-1`: see `headings`)."""
+    title = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", title)
+    title = re.sub(r"<[^>]+>", "", title).strip().lower()
+    return "".join(c for c in title if c.isalnum() or c in "_- ").replace(" ", "-")
+
+
 def headings(path: Path) -> set[str]:
-    """GitHub's anchors of a Markdown file's headings (code blocks skipped)."""
-    anchors, fence = set(), False
+    """GitHub's anchors of a Markdown file's headings (code blocks skipped), with `-1`, `-2`
+    ... for repeated ones, and the ids of its HTML anchors (`<a id="x">`, `<a name="x">`)."""
+    anchors: set[str] = set()
+    seen: dict[str, int] = {}
+    fence = False
     for line in path.read_text(encoding="utf-8").splitlines():
-        if line.startswith("```"):
+        if FENCE.match(line):
             fence = not fence
-        elif not fence and (match := re.match(r"#{1,6} (.*)", line)):
-            title = match.group(1).strip().lower().replace("`", "")
-            anchors.add(re.sub(r"[^\w\- ]", "", title).replace(" ", "-"))
+        elif not fence and (match := re.match(r" {0,3}#{1,6}\s+(.*?)(\s+#+)?\s*$", line)):
+            anchor = github_anchor(match.group(1))
+            count = seen.get(anchor, 0)
+            seen[anchor] = count + 1
+            anchors.add(anchor if count == 0 else f"{anchor}-{count}")
+        if not fence:
+            anchors.update(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", line))
     return anchors
 
 
-DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+def prose(text: str) -> str:
+    """`text` without fenced code blocks and inline code spans (their brackets are not links)."""
+    lines, fence = [], False
+    for line in text.splitlines():
+        if FENCE.match(line):
+            fence = not fence
+        elif not fence:
+            lines.append(re.sub(r"(`+)[^`]+?\1", "", line))
+    return "\n".join(lines)
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[p.name for p in DOCS])
-def test_every_link_resolves(doc: Path) -> None:
-    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.S)
+def broken_links(doc: Path) -> list[str]:
+    """Each link of `doc` (`[text](target)`, `[text]: target`, and a bare `page.md#anchor`)
+    whose file does not exist or whose file has no heading of that anchor."""
+    text = prose(doc.read_text(encoding="utf-8"))
+    targets = re.findall(r"\]\(<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\)", text)
+    targets += re.findall(r"^\s{0,3}\[[^\]]+\]:\s+<?([^\s>]+)", text, re.M)
+    bare = re.sub(r"\]\([^)]*\)", "]", text)  # what is left outside the links
+    targets += re.findall(r"(?<![\w/.:-])([\w./-]+\.md#[\w-]+)", bare)
     bad = []
-    for target in re.findall(r"\]\(([^)\s]+)\)", text):
-        if re.match(r"[a-z]+:", target):
-            continue  # a URL
+    for target in targets:
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # a URL or mailto:
         path, _, anchor = target.partition("#")
         file = (doc.parent / path).resolve() if path else doc
         if not file.exists():
             bad.append(f"{target}: no {path}")
         elif anchor and file.suffix == ".md" and anchor not in headings(file):
             bad.append(f"{target}: no heading #{anchor} in {file.name}")
-    assert bad == []
+    return bad
+
+
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+LINKING = [*DOCS, *sorted((ROOT / "models").glob("*/README.md"))]  # every page a reader opens
+
+
+def test_the_link_check_finds_missing_files_and_anchors(tmp_path: Path) -> None:
+    """A guard for the test below: GitHub's anchors, repeated headings, code skipped."""
+    assert github_anchor("What users run today: `benchmarks/vs_optimum.py`") == (
+        "what-users-run-today-benchmarksvs_optimumpy"
+    )
+    assert github_anchor("A [linked](x.md) *heading*, 2×") == "a-linked-heading-2"
+    page = tmp_path / "page.md"
+    page.write_text(
+        "# Title\n\n## Part\n\n## Part\n\n```\n# not a heading\n[x](gone.md)\n```\n"
+        "[a](#part-1) [b](#part-2) [c](page.md#title) [d](gone.md) `[e](gone2.md)`\n"
+        "[f](#not-a-heading) see page.md#nowhere or <https://x.org/y.md#z>\n[g]: other.md\n",
+        encoding="utf-8",
+    )
+    assert headings(page) == {"title", "part", "part-1"}
+    assert broken_links(page) == [
+        "#part-2: no heading #part-2 in page.md",
+        "gone.md: no gone.md",
+        "#not-a-heading: no heading #not-a-heading in page.md",
+        "other.md: no other.md",
+        "page.md#nowhere: no heading #nowhere in page.md",
+    ]
+
+
+@pytest.mark.parametrize("doc", LINKING, ids=[str(p.relative_to(ROOT)) for p in LINKING])
+def test_every_link_resolves(doc: Path) -> None:
+    assert broken_links(doc) == []
 
 
 def test_the_readme_and_docs_stay_short() -> None:

@@ -71,6 +71,7 @@ ARGS: dict[str, type] = {
     "timeout_s": float,
     "api_key_file": str,
     "api_key_sha256": str,
+    "target_lang": str,
 }
 RETRY_AFTER_S = 1  # what a 429 or 503 asks the client to wait, as edgeseq serve's 429
 ROUTES = (("POST", "/v1/generate"), ("GET", "/v1/model"), ("GET", "/health"))
@@ -104,9 +105,10 @@ class EdgeseqDeployment:
         max_batch: int = 32,
         max_wait_ms: float = 5.0,
         limits: Limits | None = None,
+        target_lang: str | None = None,
     ) -> None:
         self.generator = Generator.load(
-            bundle, providers=provider, threads=threads, variant=variant
+            bundle, providers=provider, threads=threads, variant=variant, target_lang=target_lang
         )
         self.variant = self.generator.variant
         self.max_batch = max_batch
