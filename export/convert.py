@@ -30,8 +30,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-import onnx
-
+from .external_data import load_graph, save_graph
 from .quantize import logits_nodes
 from .top_outputs import strip_top_outputs
 
@@ -45,7 +44,7 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     name (the logits projection)."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
-    model = onnx.load(str(source))
+    model = load_graph(source)
     # Without the search's outputs: the converter casts around each kept node, so a chain of
     # them would go through float16 anyway (and breaks on a tensor two kept nodes read);
     # fp16 graphs give the searches their logits (docs/bundle.md).
@@ -57,7 +56,7 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
         op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP16_KEPT_OPS],
         node_block_list=kept_nodes,
     )
-    onnx.save(converted, str(target))
+    save_graph(converted, target)
     return kept_nodes
 
 

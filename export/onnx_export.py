@@ -6,7 +6,8 @@
 The fused wrappers' attention operators are translated by export/fused_ops.py. Each graph is
 checked with `onnx.checker.check_model(full_check=True)`, its input and output names are
 compared with the constants, key config values go into `metadata_props`, and the weights
-are stored inside the .onnx file (no external data).
+are stored inside the .onnx file, or beside it once they pass a threshold
+(export/external_data.py).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from onnx.external_data_helper import uses_external_data
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import EdgeseqError
 
+from .external_data import graph_bytes, save_graph
 from .fused_ops import TRANSLATIONS
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
@@ -154,7 +156,8 @@ def finish_graph(
     metadata: dict[str, str] | None = None,
 ) -> tuple[int, int, list[dict[str, Any]], list[dict[str, Any]]]:
     """Check names and data location, add metadata (the config values of METADATA_KEYS and
-    `metadata`, e.g. the vocabulary fingerprints), full-check and save `proto` to `path`.
+    `metadata`, e.g. the vocabulary fingerprints), full-check and save `proto` to `path`
+    (its weights in `path`.data when they pass the threshold: export/external_data.py).
 
     Returns (opset, ir_version, inputs, outputs)."""
     got_in = tuple(v.name for v in proto.graph.input)
@@ -180,8 +183,7 @@ def finish_graph(
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     proto.producer_name = f"edgeseq {edgeseq_version()} via {proto.producer_name or 'torch'}"
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save_model(proto, str(path), save_as_external_data=False)
+    save_graph(proto, path, check="full")
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     return opset, proto.ir_version, value_info(proto.graph.input), value_info(proto.graph.output)
 
@@ -214,7 +216,7 @@ def export_module(
     )
     path = Path(path)
     seconds = time.perf_counter() - start
-    return GraphInfo(path, path.stat().st_size, seconds, opset_used, ir_version, inputs, outputs)
+    return GraphInfo(path, graph_bytes(path), seconds, opset_used, ir_version, inputs, outputs)
 
 
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"

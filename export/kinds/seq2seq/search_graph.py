@@ -43,6 +43,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.vocabulary import METADATA_KEYS
 
+from ...external_data import graph_bytes, save_graph
 from ...onnx_export import ExportError, edgeseq_version
 from ...top_outputs import strip_top_outputs
 
@@ -324,9 +325,8 @@ def write_search_graph(
     for key, value in sorted(props.items()):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    onnx.checker.check_model(model)
     path = Path(path)
-    onnx.save_model(model, str(path), save_as_external_data=False)
+    save_graph(model, path, check="basic")
     shared_bytes = sum(numpy_helper.to_array(t).nbytes for t in shared)
     seconds = time.perf_counter() - start
-    return SearchGraphInfo(path, path.stat().st_size, seconds, len(shared), shared_bytes)
+    return SearchGraphInfo(path, graph_bytes(path), seconds, len(shared), shared_bytes)
