@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+import torch
 from conftest import export_runtime_variants
 from google.protobuf.message import EncodeError
 from test_hostile_files import run_main
@@ -32,6 +33,7 @@ from edgeseq.export.external_data import (
     refuse_unsupported_variants,
     save_graph,
 )
+from edgeseq.export.onnx_export import ExportError, export_module
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError
@@ -287,3 +289,33 @@ def test_protobuf_limit_becomes_an_error_that_names_the_fix(monkeypatch, tmp_pat
     model = onnx.helper.make_model(onnx.helper.make_graph([], "g", [], []))
     with pytest.raises(GraphSizeError, match="set EDGESEQ_EXTERNAL_DATA_MB below 2048 or unset"):
         save_graph(model, tmp_path / "decoder.onnx", check="full")
+
+
+class DataDependent(torch.nn.Module):
+    """Control flow on a tensor's value: torch.export cannot trace it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * 2 if x.sum() > 0 else x - 1
+
+
+def test_exporter_failure_is_an_export_error(runtime_case, tmp_path: Path) -> None:
+    cfg = runtime_case.model.cfg
+    with pytest.raises(ExportError, match=r"torch\.onnx\.export cannot export the encoder graph"):
+        export_module(
+            DataDependent(), (torch.ones(2, 3),), {"x": None}, (("x",), ("y",)), cfg, "encoder",
+            tmp_path / "encoder.onnx", None,
+        )  # fmt: skip
+
+
+def test_out_of_memory_during_export_is_one_line(monkeypatch, tmp_path: Path, capsys) -> None:
+    from edgeseq.export import pipeline
+
+    def no_memory(*args, **kwargs):
+        raise MemoryError
+
+    monkeypatch.setattr(pipeline, "export_checkpoint", no_memory)
+    code, _, err = run_main(
+        ["export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "b")], capsys
+    )
+    assert code == 1 and err.splitlines()[-1].startswith("error: this machine ran out of memory")
+    assert "Traceback" not in err
