@@ -154,9 +154,13 @@ def settle_external_data(path: str | Path) -> None:
 def refuse_unsupported_variants(paths: Sequence[str | Path], variants: Sequence[str]) -> None:
     """GraphSizeError when `variants` asks for a conversion the fp32 graphs at `paths` are too
     large for: the ORT format of graphs with external data (an ORT file is one flatbuffer
-    holding every weight), fp16 of a graph of 2 GiB or more (onnxruntime's float16 converter
+    holding every weight; the search graph holds the weights of all `paths`, so their sum
+    counts with `search`), fp16 of a graph of 2 GiB or more (onnxruntime's float16 converter
     infers shapes on the whole graph in memory, which protobuf cannot serialise)."""
     external = [Path(p).name for p in paths if has_external_data(p)]
+    together = sum(graph_bytes(p) for p in paths)
+    if "search" in variants and not external and together >= external_data_threshold():
+        external = [f"the search graph of {', '.join(Path(p).name for p in paths)}"]
     if external and "ort" in variants:
         raise GraphSizeError(
             f"{', '.join(external)} keep their weights in external data files, which the ORT "

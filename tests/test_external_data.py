@@ -268,6 +268,18 @@ def test_ort_format_refused_with_external_data(runtime_model, tmp_path: Path) ->
     assert not (tmp_path / "b").exists()
 
 
+def test_ort_format_of_a_search_graph_past_the_threshold_refused(runtime_case, monkeypatch) -> None:
+    """The search graph holds both graphs' weights: past the threshold together, it has
+    external data even when neither graph has, and no ORT form."""
+    graphs = [runtime_case.bundle / C.ENCODER_FILE, runtime_case.bundle / C.DECODER_FILE]
+    refuse_unsupported_variants(graphs, ("fp32", "ort", "search"))  # under the threshold
+    together = sum(graph_bytes(g) for g in graphs) / (1 << 20)
+    monkeypatch.setenv(EXTERNAL_DATA_ENV, str(together))
+    refuse_unsupported_variants(graphs, ("fp32", "ort"))  # no search graph: nothing past it
+    with pytest.raises(GraphSizeError, match=r"^the search graph of encoder\.onnx, decoder\.onnx"):
+        refuse_unsupported_variants(graphs, ("fp32", "ort", "search"))
+
+
 def test_fp16_refused_for_a_graph_over_2_gib(monkeypatch, external_bundle: Path) -> None:
     """onnxruntime's fp16 converter infers shapes on the whole in-memory graph: protobuf fails
     at 2 GiB (measured on a 2.3 GB graph: EncodeError), so such a graph has no fp16 variant."""
