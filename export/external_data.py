@@ -11,7 +11,7 @@ EDGESEQ_EXTERNAL_DATA_MB sets it in MiB; 0 sends every graph's weights out, as t
 keeps them in one file named after it, `<graph file>.data` (`decoder.onnx.data`), tensors
 under SMALL_TENSOR_BYTES staying inside. A graph below the threshold is saved as before: one
 file, the same bytes. The data file is a bundle file like any other (manifest.json lists its
-sha256; docs/bundle.md), and onnxruntime reads it when a graph is opened by its path.
+sha256; docs/bundle-large.md), and onnxruntime reads it when a graph is opened by its path.
 """
 
 from __future__ import annotations
@@ -41,8 +41,9 @@ class GraphSizeError(EdgeseqError):
 
 
 def external_data_threshold() -> int:
-    """Initializer bytes from which a graph keeps its weights in a data file: EDGESEQ_EXTERNAL_
-    DATA_MB (MiB, may be fractional) when set, else EXTERNAL_DATA_BYTES."""
+    """Initializer bytes from which a graph keeps its weights in a data file: the MiB (may be
+    fractional) of the environment variable EXTERNAL_DATA_ENV when set, else
+    EXTERNAL_DATA_BYTES. GraphSizeError for a value that is not a number >= 0."""
     text = os.environ.get(EXTERNAL_DATA_ENV, "").strip()
     if not text:
         return EXTERNAL_DATA_BYTES

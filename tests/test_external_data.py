@@ -109,6 +109,14 @@ def test_threshold_is_one_gib_unless_the_variable_sets_it(monkeypatch) -> None:
         external_data_threshold()
 
 
+def test_a_bad_threshold_is_refused_before_the_export(monkeypatch, tmp_path, capsys) -> None:
+    monkeypatch.setenv(EXTERNAL_DATA_ENV, "-1")
+    args = ["export", str(tmp_path / "no-checkpoint"), "--out", str(tmp_path / "b")]
+    code, _, err = run_main(args, capsys)
+    assert (code, err) == (1, f"error: {EXTERNAL_DATA_ENV} is '-1': set it to a number of MiB "
+                               "(e.g. 1024) or unset it\n")  # fmt: skip
+
+
 # -- a small model's bundle is what it was ----------------------------------------------------
 def test_small_bundle_has_no_data_file_and_the_same_graph_bytes(
     runtime_case, external_bundle: Path, tmp_path: Path
