@@ -216,6 +216,14 @@ def test_data_file_outside_the_bundle(copy: Path, capsys, location: str) -> None
     refused(copy, capsys, f"encoder.onnx reads tensor .* from '{location}', which is outside")
 
 
+def test_data_file_linked_from_outside_the_bundle(copy: Path, tmp_path: Path, capsys) -> None:
+    outside = tmp_path / "elsewhere.data"
+    (copy / "encoder.onnx.data").rename(outside)
+    (copy / "encoder.onnx.data").symlink_to(outside)
+    rehash(copy)
+    refused(copy, capsys, "names 'encoder.onnx.data', which is outside the bundle directory")
+
+
 def test_another_graphs_data_file(copy: Path, capsys) -> None:
     set_location(copy / "encoder.onnx", "decoder.onnx.data")
     rehash(copy)
