@@ -21,6 +21,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.builtin import resolve_bundle
 from edgeseq.runtime.bundle import check_graph_pair, check_model_graph, load_bundle
 from edgeseq.runtime.errors import BundleError
+from edgeseq.runtime.external_data import data_file_name
 from edgeseq.runtime.graph_variants import GRAPH_VARIANTS, open_graph_variant
 from edgeseq.runtime.manifest import check_inside, file_status, read_manifest
 from edgeseq.runtime.providers import create_session
@@ -138,7 +139,9 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
             name = info.get(graph)
             if isinstance(name, str) and name not in bad and (path / name).is_file():
                 check_inside(path, name)
-                lines.append(f"  {name}")
+                data = data_file_name(name)
+                weights = f" (weights in {data})" if data in manifest.get("files", {}) else ""
+                lines.append(f"  {name}{weights}")
                 lines.append(format_table(_graph_io(path / name), "    "))
     for key, variant in GRAPH_VARIANTS.items():  # the extra graphs: runtime/graph_variants.py
         entry = manifest.get(key)

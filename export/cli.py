@@ -165,6 +165,13 @@ def export(
         except ParityError as exc:
             click.echo(format_parity(exc.report))
             raise
+        except MemoryError:
+            from .external_data import GraphSizeError
+
+            raise GraphSizeError(
+                f"this machine ran out of memory exporting {checkpoint} (an export holds the "
+                "model and a graph's weights several times): export on a machine with more memory"
+            ) from None
     click.echo(_summary(manifest, time.perf_counter() - start))
 
 

@@ -47,6 +47,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.providers import gpu_present
 
+from .external_data import load_graph, save_graph
 from .quantize import logits_nodes
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
@@ -65,7 +66,7 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     that TopK ranks the float32 logits as in the float32 graph."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
-    model = onnx.load(str(source))
+    model = load_graph(source)
     top = {node.name for node in model.graph.node if node.name.startswith(C.TOP_NODE_PREFIX)}
     kept_nodes = sorted(logits_nodes(model) | top)
     converted = convert_float_to_float16(
@@ -76,7 +77,7 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     )
     merge_duplicate_casts(converted.graph)
     skip_cast_round_trips(converted.graph)
-    onnx.save(converted, str(target))
+    save_graph(converted, target)
     return kept_nodes
 
 

@@ -6,7 +6,9 @@
 The fused wrappers' attention operators are translated by export/fused_ops.py. Each graph is
 checked with `onnx.checker.check_model(full_check=True)`, its input and output names are
 compared with the constants, key config values go into `metadata_props`, and the weights
-are stored inside the .onnx file (no external data).
+are stored inside the .onnx file, or beside it once they pass a threshold
+(export/external_data.py). A model the exporter cannot translate, or too large for this
+machine's memory, ends in an ExportError saying so.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from onnx.external_data_helper import uses_external_data
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import EdgeseqError
 
+from .external_data import graph_bytes, save_graph
 from .fused_ops import TRANSLATIONS
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
@@ -113,11 +116,40 @@ def _export(
     input_names: tuple[str, ...],
     output_names: tuple[str, ...],
     opset: int | None,
+    graph: str = "model",
 ) -> onnx.ModelProto:
     """Run the dynamo exporter quietly and return the in-memory model (weights embedded).
-    The fused wrappers' attention ops are translated by `fused_ops.TRANSLATIONS`."""
+    The fused wrappers' attention ops are translated by `fused_ops.TRANSLATIONS`. ExportError
+    when the exporter fails (an operation or layout it cannot translate) or memory runs out."""
     if opset is not None and opset < MIN_OPSET:
         raise ExportError(f"opset {opset} is too old; use --opset {MIN_OPSET} or newer")
+    try:
+        return _run_exporter(module, args, dynamic_shapes, input_names, output_names, opset)
+    except MemoryError:
+        params = sum(p.numel() * p.element_size() for p in module.parameters())
+        raise ExportError(
+            f"not enough memory to export the {graph} graph ({params / 1e9:.2f} GB of weights, "
+            "held several times while exporting): export on a machine with more memory"
+        ) from None
+    except EdgeseqError:
+        raise
+    except Exception as exc:  # torch.onnx's and torch.export's many error types
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise ExportError(
+            f"torch.onnx.export cannot export the {graph} graph ({type(exc).__name__}: "
+            f"{first[:300]}): the model has an operation or layout the exporter does not "
+            "translate; try --no-fuse, or report it with this message"
+        ) from exc
+
+
+def _run_exporter(
+    module: torch.nn.Module,
+    args: tuple[Any, ...],
+    dynamic_shapes: dict[str, Any],
+    input_names: tuple[str, ...],
+    output_names: tuple[str, ...],
+    opset: int | None,
+) -> onnx.ModelProto:
     with quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(
             module.eval(),
@@ -154,7 +186,8 @@ def finish_graph(
     metadata: dict[str, str] | None = None,
 ) -> tuple[int, int, list[dict[str, Any]], list[dict[str, Any]]]:
     """Check names and data location, add metadata (the config values of METADATA_KEYS and
-    `metadata`, e.g. the vocabulary fingerprints), full-check and save `proto` to `path`.
+    `metadata`, e.g. the vocabulary fingerprints), full-check and save `proto` to `path`
+    (its weights in `path`.data when they pass the threshold: export/external_data.py).
 
     Returns (opset, ir_version, inputs, outputs)."""
     got_in = tuple(v.name for v in proto.graph.input)
@@ -180,8 +213,7 @@ def finish_graph(
         entry = proto.metadata_props.add()
         entry.key, entry.value = key, value
     proto.producer_name = f"edgeseq {edgeseq_version()} via {proto.producer_name or 'torch'}"
-    onnx.checker.check_model(proto, full_check=True)
-    onnx.save_model(proto, str(path), save_as_external_data=False)
+    save_graph(proto, path, check="full")
     opset = next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
     return opset, proto.ir_version, value_info(proto.graph.input), value_info(proto.graph.output)
 
@@ -204,7 +236,7 @@ def export_module(
     the exported graph in place first; outputs it appends follow `names`' (the search's
     outputs: export/top_outputs.py)."""
     start = time.perf_counter()
-    proto = _export(module, args, dynamic_shapes, *names, opset)
+    proto = _export(module, args, dynamic_shapes, *names, opset, graph)
     output_names = names[1]
     if edit is not None:
         edit(proto)
@@ -214,7 +246,7 @@ def export_module(
     )
     path = Path(path)
     seconds = time.perf_counter() - start
-    return GraphInfo(path, path.stat().st_size, seconds, opset_used, ir_version, inputs, outputs)
+    return GraphInfo(path, graph_bytes(path), seconds, opset_used, ir_version, inputs, outputs)
 
 
 STACK_TRACE_KEY = "pkg.torch.onnx.stack_trace"

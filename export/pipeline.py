@@ -26,6 +26,7 @@ from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import BundleError, OptionsError
 
 from .bundle import refuse_existing
+from .external_data import external_data_threshold
 from .kinds import kind_module
 from .options import ExportOptions
 from .sources import SourceModel, open_source
@@ -74,6 +75,7 @@ def export_checkpoint(
     options = options or ExportOptions()
     refuse_existing(out, options.force)  # before the slow steps
     check_writable(out)
+    external_data_threshold()  # a bad EDGESEQ_EXTERNAL_DATA_MB, too
     loaded = _load(checkpoint, options.say, source)
     return export_source(loaded, out, options)
 

@@ -22,6 +22,9 @@ Dynamo-exported graphs carry `value_info` for weights; the quantizer rewrites a 
 MatMul with a transposed weight of the same name, so that entry goes stale and the
 quantizer crashes with a shape error (shared/PITFALLS.md). `quantize_graph` removes the
 weights' `value_info` before quantizing.
+
+A source graph with external data (export/external_data.py) is quantized with the
+quantizer's external data format, and the result re-saved by the threshold's rule.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from pathlib import Path
 import onnx
 
 from edgeseq.runtime import constants as C
+
+from .external_data import data_file, has_external_data, load_graph, settle_external_data
 
 WEIGHT_OPS = ("MatMul", "Gemm")
 OTHER_GROUP = "other"
@@ -182,7 +187,9 @@ def quantize_graph(
     `reduce_range` stores weights in 7 bits (see REDUCE_RANGE)."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    model = fold_weight_transposes(strip_weight_value_info(onnx.load(str(source))))
+    model = fold_weight_transposes(strip_weight_value_info(load_graph(source)))
+    external = has_external_data(source)
+    data_file(target).unlink(missing_ok=True)  # the quantizer appends to an existing one
     nodes = weight_nodes(model)
     kept = [n.name for n in nodes if n.group in set(exclude)]
     op_types = [*WEIGHT_OPS, "Gather"] if quantize_all else list(WEIGHT_OPS)
@@ -195,7 +202,10 @@ def quantize_graph(
             reduce_range=reduce_range,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=kept,
+            use_external_data_format=external,
         )
+    if external:
+        settle_external_data(target)
     quantized = [n.name for n in nodes if n.name not in kept]
     return {"quantized": quantized, "kept": kept}
 

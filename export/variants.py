@@ -22,6 +22,7 @@ from typing import Any
 from edgeseq.runtime.errors import OptionsError
 from edgeseq.runtime.graph_variants import GRAPH_VARIANTS
 
+from .external_data import graph_bytes
 from .limits import DEFAULT_MAX_METRIC_DROP
 from .quantize import PER_CHANNEL, REDUCE_RANGE
 
@@ -75,7 +76,7 @@ def finish_table(
     `speed` left null when not measured."""
 
     def size(name: str) -> int:
-        return sum((directory / f).stat().st_size for f in files[name].values())
+        return sum(graph_bytes(directory / f) for f in files[name].values())
 
     fp32_bytes = size("fp32")
     for name, entry in table.items():

@@ -24,6 +24,7 @@ from . import constants as C
 from .builtin import resolve_bundle
 from .config import ModelConfig
 from .errors import BundleError, ConfigError, OptionsError, TokenizerError
+from .external_data import check_external_data
 from .graph_variants import read_graph_variants
 from .languages import Languages
 from .manifest import check_files, check_inside, read_manifest
@@ -162,9 +163,9 @@ def load_bundle(path: str | Path) -> Bundle:
     """Read and check the bundle at `path` (a directory, or the name of a built-in bundle
     such as "g2p-en": runtime/builtin.py): manifest format version, minimum onnxruntime,
     the sha256 of every listed file (and that config, tokenizers and graphs are listed),
-    the model config, the tokenizers and their vocabulary fingerprints (runtime/vocabulary.py)
-    against those the graphs and manifest record. Raises BundleError naming the file and
-    problem."""
+    each graph's external data file (runtime/external_data.py), the model config, the
+    tokenizers and their vocabulary fingerprints (runtime/vocabulary.py) against those the
+    graphs and manifest record. Raises BundleError naming the file and problem."""
     path = resolve_bundle(path)
     if not path.is_dir():
         raise BundleError(
@@ -204,6 +205,8 @@ def load_bundle(path: str | Path) -> Bundle:
     files = {side: names.get(side, C.TOKENIZER_FILE) for side in ("source", "target")}
     graphs = {p for pair in variants.values() for p in pair}
     graphs |= {p for by_precision in extra.values() for p in by_precision.values()}
+    for graph in sorted(g for g in graphs if g.suffix == ".onnx"):
+        check_external_data(path, graph, listed)  # weights beside a graph: its own, listed
     check_vocabulary(path, manifest, files, sorted(graphs))
     try:
         languages = Languages.from_config(data.get("languages"), tokenizers.target)

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnx
 import torch
 from torch import Tensor, nn
 from torch.export import Dim
@@ -33,6 +32,7 @@ from edgeseq.runtime.constants import SPECIAL_TOKENS
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.tokenizer import TokenizerPair
 
+from ..external_data import load_graph, save_graph
 from ..genai_config import write_genai_config
 from ..heldout import HeldOut
 from ..onnx_export import GraphInfo, export_module
@@ -117,13 +117,13 @@ def export_gpt(
 def _name_total_axis(path: Path) -> None:
     """Name the past + new axis of the mask and the presents `total_sequence_length` (the
     exporter writes it as a sum or a fresh symbol)."""
-    proto = onnx.load(str(path))
+    proto = load_graph(path)
     known = {C.BATCH, C.SEQUENCE_LENGTH, C.PAST_SEQUENCE_LENGTH}
     for value in (*proto.graph.input, *proto.graph.output):
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_param and dim.dim_param not in known:
                 dim.dim_param = C.TOTAL_SEQUENCE_LENGTH
-    onnx.save_model(proto, str(path), save_as_external_data=False)
+    save_graph(proto, path)
 
 
 def torch_run(model: DecoderOnlyTransformer) -> Run:

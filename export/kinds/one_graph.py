@@ -44,6 +44,7 @@ from edgeseq.runtime.vocabulary import MANIFEST_KEY, fingerprints, graph_metadat
 
 from ..bundle import bundle_config, bundle_manifest, min_onnxruntime, refuse_existing, write_json
 from ..convert import FP16_KEPT_OPS, check_loads, convert_fp16, fp16_note
+from ..external_data import graph_bytes
 from ..gate import gate_numbers, raise_if_missed
 from ..heldout import HeldOut
 from ..onnx_export import GraphInfo, value_info
@@ -85,7 +86,7 @@ def run_info(info: GraphInfo, path: Path) -> GraphInfo:
     """`info` with the inputs and outputs as saved at `path` now."""
     proto = onnx.load(str(path), load_external_data=False)
     info.inputs, info.outputs = value_info(proto.graph.input), value_info(proto.graph.output)
-    info.bytes = path.stat().st_size
+    info.bytes = graph_bytes(path)
     return info
 
 

@@ -48,6 +48,18 @@ async function fetchBytes(url) {
   return new Uint8Array(await response.arrayBuffer());
 }
 
+/** Why graph `name` cannot be loaded here when the manifest lists its external data file
+ * (`NAME.data`: weights of a graph over the exporter's size threshold), else null. */
+function externalDataFile(manifest, name) {
+  const data = `${name}.data`;
+  if (!manifest.files?.[data]) return null;
+  return (
+    `${name} keeps its weights in ${data} (ONNX external data, written for large graphs): ` +
+    "the web runtime loads graphs whose weights are inside the .onnx file; run this bundle " +
+    "with the Python runtime or another onnxruntime binding"
+  );
+}
+
 async function sha256Hex(bytes) {
   const digest = await globalThis.crypto.subtle.digest("SHA-256", bytes);
   return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, "0")).join("");
@@ -141,6 +153,10 @@ export class Bundle {
         );
       }
       files.push(file);
+    }
+    for (const name of files) {
+      const data = externalDataFile(manifest, name);
+      if (data) throw new BundleError(data);
     }
     const graphFiles = await Promise.all(
       files.map(async (name) => ({ name, bytes: await get(name) })),

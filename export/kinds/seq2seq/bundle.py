@@ -38,6 +38,7 @@ from ...bundle import (
     refuse_existing,
     write_json,
 )
+from ...external_data import refuse_unsupported_variants
 from ...heldout import HeldOut, with_languages
 from ...limits import LEVEL3_MIN_INPUTS
 from ...onnx_export import GraphInfo
@@ -148,6 +149,7 @@ def _write_into(
     vocabulary = fingerprints(tokenizers)  # in every graph's metadata_props and the manifest
     metadata = graph_metadata(vocabulary)
     graphs = export_graphs(directory, model, options, metadata)
+    refuse_unsupported_variants([g.path for g in graphs.values()], options.variants.names)
     held = held if options.verify else None
     parity: dict[str, Any] = {"skipped": True}
     if held is not None:

@@ -43,6 +43,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.vocabulary import METADATA_KEYS
 
+from ...external_data import graph_bytes, load_graph, save_graph
 from ...onnx_export import ExportError, edgeseq_version
 from ...top_outputs import strip_top_outputs
 
@@ -313,8 +314,8 @@ def write_search_graph(
 ) -> SearchGraphInfo:
     """Write the one-graph search model of the graph pair at `encoder_path`/`decoder_path`."""
     start = time.perf_counter()
-    encoder = onnx.load(str(encoder_path))
-    model, shared = search_model(encoder, onnx.load(str(decoder_path)), cfg)
+    encoder = load_graph(encoder_path)
+    model, shared = search_model(encoder, load_graph(decoder_path), cfg)
     values = {"graph": "search", "edgeseq_version": edgeseq_version()}
     values |= {"bos_id": cfg.bos_id, "eos_id": cfg.eos_id, "pad_id": cfg.pad_id}
     values |= {"max_len": cfg.max_len}
@@ -324,9 +325,8 @@ def write_search_graph(
     for key, value in sorted(props.items()):
         entry = model.metadata_props.add()
         entry.key, entry.value = key, value
-    onnx.checker.check_model(model)
     path = Path(path)
-    onnx.save_model(model, str(path), save_as_external_data=False)
+    save_graph(model, path, check="basic")
     shared_bytes = sum(numpy_helper.to_array(t).nbytes for t in shared)
     seconds = time.perf_counter() - start
-    return SearchGraphInfo(path, path.stat().st_size, seconds, len(shared), shared_bytes)
+    return SearchGraphInfo(path, graph_bytes(path), seconds, len(shared), shared_bytes)

@@ -32,6 +32,7 @@ from edgeseq.runtime.search import GenerationOptions, Hypothesis, beam_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from ...convert import convert_ort
+from ...external_data import graph_bytes
 from ...gate import LOWER_IS_BETTER
 from ...heldout import HeldOut
 from ...parity import MAX_REPORTED_MISMATCHES, parity_group
@@ -162,7 +163,7 @@ def write_search_graphs(
             "file": name,
             "precision": precision,
             "bytes": info.bytes,
-            "graphs_bytes": sum((directory / g).stat().st_size for g in (encoder, decoder)),
+            "graphs_bytes": sum(graph_bytes(directory / g) for g in (encoder, decoder)),
             "shared_initializers": info.shared_initializers,
             "shared_bytes": info.shared_bytes,
         }

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import onnx
 import torch
 from torch import Tensor, nn
 from torch.export import Dim
@@ -29,6 +28,7 @@ from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
+from ...external_data import graph_bytes, load_graph, save_graph
 from ...fused_ops import masked_self_attention
 from ...onnx_export import GraphInfo, export_module
 from .graphs import decoder_example, example_sizes, graph_dims
@@ -148,17 +148,17 @@ def export_steps_decoder(
 def _name_total_axis(path: Path, info: GraphInfo) -> None:
     """Name the past + new axis (tgt_mask's, the presents') as decoder.onnx names it: the
     exporter writes the mask's as a fresh symbol."""
-    proto = onnx.load(str(path))
+    proto = load_graph(path)
     known = {C.BATCH, C.SRC_LEN, C.PAST_LEN, C.NEW_LEN, C.STEPS_TOTAL_LEN}
     for value in (*proto.graph.input, *proto.graph.output):
         for dim in value.type.tensor_type.shape.dim:
             if dim.dim_param and dim.dim_param not in known:
                 dim.dim_param = C.STEPS_TOTAL_LEN
-    onnx.save_model(proto, str(path), save_as_external_data=False)
+    save_graph(proto, path)
     for spec in (*info.inputs, *info.outputs):
         spec["shape"] = [d if not isinstance(d, str) or d in known else C.STEPS_TOTAL_LEN
                          for d in spec["shape"]]  # fmt: skip
-    info.bytes = path.stat().st_size
+    info.bytes = graph_bytes(path)
 
 
 def write_steps_graphs(

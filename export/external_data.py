@@ -1,0 +1,177 @@
+"""Where a graph's weights are saved: inside its .onnx file, or beside it as ONNX external data
+once they pass a threshold. Every graph file of every kind and variant is saved here.
+
+    save_graph(proto, "b/decoder.onnx", check="full")  # decoder.onnx (+ decoder.onnx.data)
+    graph_bytes("b/decoder.onnx")                       # both files' bytes
+    settle_external_data("b/decoder.int8.onnx")         # after the quantizer wrote it
+
+Protobuf cannot serialise a message over 2 GiB, so a graph whose initializers reach
+`external_data_threshold()` (EXTERNAL_DATA_BYTES, 1 GiB, unless the environment variable
+EDGESEQ_EXTERNAL_DATA_MB sets it in MiB; 0 sends every graph's weights out, as the tests do)
+keeps them in one file named after it, `<graph file>.data` (`decoder.onnx.data`), tensors
+under SMALL_TENSOR_BYTES staying inside. A graph below the threshold is saved as before: one
+file, the same bytes. The data file is a bundle file like any other (manifest.json lists its
+sha256; docs/bundle-large.md), and onnxruntime reads it when a graph is opened by its path.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Literal
+
+import onnx
+from google.protobuf.message import EncodeError
+
+from edgeseq.runtime.errors import EdgeseqError
+from edgeseq.runtime.external_data import data_file_name
+
+EXTERNAL_DATA_BYTES = 1 << 30  # 1 GiB of initializers: half protobuf's limit, room for the rest
+EXTERNAL_DATA_ENV = "EDGESEQ_EXTERNAL_DATA_MB"
+SMALL_TENSOR_BYTES = 1024  # tensors smaller than this stay in the graph file (onnx's default)
+PROTOBUF_LIMIT = 2 << 30
+
+Check = Literal["none", "basic", "full"]
+
+
+class GraphSizeError(EdgeseqError):
+    """A graph cannot be written as asked: too large for one protobuf file, or for a format."""
+
+
+def external_data_threshold() -> int:
+    """Initializer bytes from which a graph keeps its weights in a data file: the MiB (may be
+    fractional) of the environment variable EXTERNAL_DATA_ENV when set, else
+    EXTERNAL_DATA_BYTES. GraphSizeError for a value that is not a number >= 0."""
+    text = os.environ.get(EXTERNAL_DATA_ENV, "").strip()
+    if not text:
+        return EXTERNAL_DATA_BYTES
+    try:
+        megabytes = float(text)
+    except ValueError:
+        megabytes = -1.0
+    if not math.isfinite(megabytes) or megabytes < 0:
+        raise GraphSizeError(
+            f"{EXTERNAL_DATA_ENV} is {text!r}: set it to a number of MiB (e.g. 1024) or unset it"
+        )
+    return int(megabytes * (1 << 20))
+
+
+def _tensors(graph: onnx.GraphProto) -> Iterator[onnx.TensorProto]:
+    """The initializers of `graph` and of every subgraph in its nodes' attributes."""
+    yield from graph.initializer
+    for node in graph.node:
+        for attribute in node.attribute:
+            for subgraph in (attribute.g, *attribute.graphs):
+                yield from _tensors(subgraph)
+
+
+def weight_bytes(model: onnx.ModelProto) -> int:
+    """Bytes of the initializers of `model` (subgraphs included), wherever they are stored."""
+    total = 0
+    for tensor in _tensors(model.graph):
+        if tensor.data_type in (onnx.TensorProto.STRING, onnx.TensorProto.UNDEFINED):
+            continue
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+        total += math.prod(tensor.dims) * itemsize
+    return total
+
+
+def data_file(path: str | Path) -> Path:
+    """The external data file of the graph at `path`: `decoder.onnx` -> `decoder.onnx.data`."""
+    path = Path(path)
+    return path.with_name(data_file_name(path.name))
+
+
+def graph_bytes(path: str | Path) -> int:
+    """Bytes of the graph at `path` and of its data file, when it has one."""
+    path, data = Path(path), data_file(path)
+    return path.stat().st_size + (data.stat().st_size if data.is_file() else 0)
+
+
+def has_external_data(path: str | Path) -> bool:
+    """Whether the graph at `path` keeps its weights in a data file."""
+    return data_file(path).is_file()
+
+
+def _too_large(path: Path, exc: Exception) -> GraphSizeError:
+    threshold = external_data_threshold()
+    return GraphSizeError(
+        f"{path.name} cannot be written as one protobuf file (protobuf's limit is 2 GiB: "
+        f"{exc}); its weights go to {data_file(path).name} from "
+        f"{threshold / (1 << 20):.0f} MiB: set {EXTERNAL_DATA_ENV} below 2048 or unset it"
+    )
+
+
+def save_graph(model: onnx.ModelProto, path: str | Path, *, check: Check = "none") -> None:
+    """Save `model` at `path`, its weights in `data_file(path)` when `weight_bytes` reaches
+    `external_data_threshold()` (they then move out of `model`, which keeps only their
+    locations); `check` runs onnx's checker first ("basic") or with shape inference
+    ("full"), on the saved file for a graph with external data. GraphSizeError when protobuf
+    cannot serialise it."""
+    path = Path(path)
+    data = data_file(path)
+    data.unlink(missing_ok=True)  # onnx appends to an existing data file
+    try:
+        if weight_bytes(model) < external_data_threshold():
+            if check != "none":
+                onnx.checker.check_model(model, full_check=check == "full")
+            onnx.save_model(model, str(path), save_as_external_data=False)
+            return
+        onnx.save_model(
+            model,
+            str(path),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data.name,
+            size_threshold=SMALL_TENSOR_BYTES,
+        )
+        # onnx creates the data file readable by its owner only (0600): give it the graph's
+        # permissions, or a bundle copied for another user would open without its weights
+        data.chmod(path.stat().st_mode & 0o777)
+        if check != "none":  # a path: the checker reads a model over 2 GiB only from a file
+            onnx.checker.check_model(str(path), full_check=check == "full")
+    except EncodeError as exc:
+        raise _too_large(path, exc) from exc
+    except ValueError as exc:
+        if "2GB" not in str(exc) and "2 GB" not in str(exc):
+            raise
+        raise _too_large(path, exc) from exc
+
+
+def load_graph(path: str | Path) -> onnx.ModelProto:
+    """The graph at `path` with its weights in memory, read from its data file when it has one."""
+    return onnx.load(str(path), load_external_data=True)
+
+
+def settle_external_data(path: str | Path) -> None:
+    """Re-save a graph another tool wrote with external data (the quantizer, as
+    `<path>.data` too) by `save_graph`'s rule: its weights back inside when under the
+    threshold, else in its data file."""
+    save_graph(load_graph(path), path)
+
+
+def refuse_unsupported_variants(paths: Sequence[str | Path], variants: Sequence[str]) -> None:
+    """GraphSizeError when `variants` asks for a conversion the fp32 graphs at `paths` are too
+    large for: the ORT format of graphs with external data (an ORT file is one flatbuffer
+    holding every weight; the search graph holds the weights of all `paths`, so their sum
+    counts with `search`), fp16 of a graph of 2 GiB or more (onnxruntime's float16 converter
+    infers shapes on the whole graph in memory, which protobuf cannot serialise)."""
+    external = [Path(p).name for p in paths if has_external_data(p)]
+    together = sum(graph_bytes(p) for p in paths)
+    if "search" in variants and not external and together >= external_data_threshold():
+        external = [f"the search graph of {', '.join(Path(p).name for p in paths)}"]
+    if external and "ort" in variants:
+        raise GraphSizeError(
+            f"{', '.join(external)} keep their weights in external data files, which the ORT "
+            "format (one flatbuffer, 2 GiB at most) cannot hold: leave ort out of --variants, "
+            f"or for graphs under 2 GiB raise {EXTERNAL_DATA_ENV} above their size"
+        )
+    huge = [Path(p).name for p in paths if graph_bytes(p) >= PROTOBUF_LIMIT]
+    if huge and "fp16" in variants:
+        raise GraphSizeError(
+            f"{', '.join(huge)} hold 2 GiB or more, which the fp16 conversion cannot read "
+            "(it infers shapes on the whole graph as one protobuf message): leave fp16 out of "
+            "--variants"
+        )
