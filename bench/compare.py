@@ -23,9 +23,10 @@ import numpy as np
 
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.errors import OptionsError
+from edgeseq.runtime.search_timing import BenchSpec, summarize
 
 from .graph_worker import graph_jobs, graph_vs_loop
-from .timing import ORT_WORKER, TORCH_WORKER, BenchSpec, WorkerError, run_isolated, summarize
+from .isolated import ORT_WORKER, TORCH_WORKER, WorkerError, run_isolated
 
 Engine = dict[str, Any]  # one engine's result as a worker prints it (see ort_worker.measure_ort)
 

@@ -27,9 +27,10 @@ import numpy as np
 from edgeseq.runtime.bundle import Bundle
 from edgeseq.runtime.graph_variants import SEARCH
 from edgeseq.runtime.search import GenerationOptions
+from edgeseq.runtime.search_timing import BenchSpec, batches, summarize
 
+from .isolated import peak_rss_mb
 from .ort_worker import block_torch
-from .timing import BenchSpec, batches, peak_rss_mb, summarize
 
 GRAPH_WORKER = "edgeseq.bench.graph_worker"
 PREFIX = "search-"  # engine variant names: "search-fp32", "search-int8"

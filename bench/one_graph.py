@@ -6,8 +6,8 @@ process (the encoder–decoder's per-variant worker processes are in bench/compa
 
 GPT: the search of `spec` (greedy or beam) continues each source, a prompt, through
 `OrtGPTStep`; tokens/s counts generated tokens plus `</s>` where it ended, as for the
-encoder–decoder (bench/timing.py). The budget per batch is what its longest prompt leaves of
-max_len (or --max-new-tokens, whichever is smaller). BERT: one graph call per batch;
+encoder–decoder (runtime/search_timing.py). The budget per batch is what its longest prompt
+leaves of max_len (or --max-new-tokens, whichever is smaller). BERT: one graph call per batch;
 sequences/s and the latency of a batch.
 """
 
@@ -25,8 +25,9 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.bundle import Bundle, check_model_graph
 from edgeseq.runtime.kinds.decoder_only import OrtGPTStep
 from edgeseq.runtime.providers import open_session
+from edgeseq.runtime.search_timing import BenchSpec, batches, time_search
 
-from .timing import BenchSpec, batches, peak_rss_mb, time_search
+from .isolated import peak_rss_mb
 
 
 def _gpt(bundle: Bundle, session: Any, spec: BenchSpec) -> dict[str, Any]:

@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from edgeseq.runtime.search_timing import BenchSpec, time_search
 from edgeseq.runtime.step import StepModel
 
-from .timing import BenchSpec, peak_rss_mb, time_search
+from .isolated import peak_rss_mb
 
 
 class TorchBlocker(importlib.abc.MetaPathFinder):

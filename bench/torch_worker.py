@@ -1,6 +1,6 @@
 """The PyTorch eager side of `edgeseq bench`: the same search through `TorchStep`.
 
-    result = measure_torch("runs/g2p/best", spec)      # spec: edgeseq.bench.timing.BenchSpec
+    result = measure_torch("runs/g2p/best", spec)      # spec: runtime/search_timing.py's BenchSpec
     result = measure_torch("opus-mt-en-de", spec)      # any source `edgeseq export` reads
     python -m edgeseq.bench.torch_worker SPEC.json     # prints one JSON line
 
@@ -31,8 +31,9 @@ import torch
 from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.export.sources import open_source
 from edgeseq.runtime.errors import CheckpointError, EdgeseqError
+from edgeseq.runtime.search_timing import BenchSpec, time_search
 
-from .timing import BenchSpec, peak_rss_mb, time_search
+from .isolated import peak_rss_mb
 
 # Fields that may differ between a checkpoint and its bundle without changing what runs.
 IGNORED_CONFIG_FIELDS = ("dropout",)

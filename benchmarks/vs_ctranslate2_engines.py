@@ -32,8 +32,8 @@ class SearchEngine:
 
     def run(self, batches: Sequence[Sequence[list[int]]], beam: int) -> tuple[Outputs, int]:
         """Decode every batch (lists of source ids) -> outputs and generated tokens."""
-        from edgeseq.bench.timing import batches as padded
         from edgeseq.runtime.search import GenerationOptions, search
+        from edgeseq.runtime.search_timing import batches as padded
 
         options = GenerationOptions(beam_size=beam)
         self.hypotheses = []  # the best Hypothesis of each source, kept for `agreement`

@@ -19,7 +19,9 @@ fields. `load_bundle` checks every entry of every registered variant through
 the manifest, so its checksum and vocabulary fingerprint are verified with the others) and
 `open_graph_variant` checks a session's inputs and outputs against the descriptor's, so a new
 variant gets the same checks by being registered here. The exporter's side of each variant
-(its graph, parity group and report rows) is export/graph_variants.py.
+(its graph, parity group and report rows) is export/kinds/seq2seq/graph_variants.py; the
+browser's table of keys and precisions (runtime/web/graph_variants_table.mjs) is written from
+this registry by scripts/graph_variants_mjs.py.
 """
 
 from __future__ import annotations

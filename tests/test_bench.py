@@ -19,18 +19,12 @@ import pytest
 from click.testing import CliRunner
 
 from edgeseq.bench.cli import parse_batch_sizes
+from edgeseq.bench.isolated import ORT_WORKER, WorkerError, run_isolated
 from edgeseq.bench.report import markdown_report
-from edgeseq.bench.timing import (
-    ORT_WORKER,
-    BenchSpec,
-    WorkerError,
-    run_isolated,
-    summarize,
-    time_search,
-)
 from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.manifest import read_manifest, write_manifest
+from edgeseq.runtime.search_timing import BenchSpec, summarize, time_search
 
 ROOT = Path(__file__).resolve().parents[1]
 BATCH_STATS = {"tokens_per_s", "seq_ms_p50", "seq_ms_p90", "token_ms_p50", "tokens", "inputs"}

@@ -6,6 +6,7 @@ registered. Each case but the flipped bytes re-hashes the manifest, so checksums
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -24,6 +25,7 @@ from edgeseq.runtime.graph_variants import GRAPH_VARIANTS
 from edgeseq.runtime.manifest import sha256_file
 from edgeseq.runtime.vocabulary import METADATA_KEYS
 
+ROOT = Path(__file__).resolve().parents[1]
 NODE = shutil.which("node")
 HELPER = Path(__file__).parent / "edge" / "load_bundle.mjs"
 KEYS = sorted(GRAPH_VARIANTS)
@@ -252,15 +254,41 @@ def test_the_browser_refuses_what_it_checks(tampered: tuple[Path, str, str, Any]
     assert error.startswith("BundleError: ") and BROWSER_SAYS[tamper] in error, error
 
 
+def graph_variants_mjs() -> Any:
+    """scripts/graph_variants_mjs.py as a module (it is a script, not part of the package)."""
+    path = ROOT / "scripts" / "graph_variants_mjs.py"
+    spec = importlib.util.spec_from_file_location("graph_variants_mjs", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_browser_table_is_the_one_written_from_the_registry() -> None:
+    script = graph_variants_mjs()
+    written = script.TABLE_FILE.read_text(encoding="utf-8")
+    assert written == script.registry_table(), "run python scripts/graph_variants_mjs.py"
+    assert script.main(["--check"]) == 0
+
+
+def test_the_table_check_refuses_a_stale_file(tmp_path: Path, capsys) -> None:
+    script = graph_variants_mjs()
+    stale = tmp_path / "graph_variants_table.mjs"
+    stale.write_text(script.render({"search": ["fp32"]}), encoding="utf-8")
+    assert script.main(["--check", "--out", str(stale)]) == 1
+    assert "out of date" in capsys.readouterr().err
+    assert script.main(["--out", str(stale)]) == 0
+    assert script.main(["--check", "--out", str(stale)]) == 0
+
+
 def test_the_browser_knows_every_registered_variant() -> None:
+    """What Node.js reads from the written module is the registry (the module is valid JS)."""
     if NODE is None:
         pytest.skip("Node.js is absent (apt install nodejs)")
     code = (
-        "import('./runtime/web/graph_variants.mjs')"
+        "import('./runtime/web/graph_variants_table.mjs')"
         ".then(m => console.log(JSON.stringify(m.GRAPH_VARIANTS)))"
     )
-    root = Path(__file__).resolve().parents[1]
-    out = subprocess.run([NODE, "-e", code], capture_output=True, text=True, cwd=root, check=True)
+    out = subprocess.run([NODE, "-e", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert json.loads(out.stdout) == {k: list(v.files) for k, v in GRAPH_VARIANTS.items()}
 
 

@@ -1,10 +1,12 @@
-"""The layout's rules hold: runtime/ stands alone, every --help works without torch, no module
-imports another's private names, docs/architecture.md names every module. (Files are split by
-concept, not by a line count.)
+"""The layout's rules hold: runtime/ stands alone, export/ sits below bench/, every --help works
+without torch, no module imports another's private names, docs/architecture.md names every
+module. (Files are split by concept, not by a line count.)
 
 runtime/ is what a deployment installs: by its syntax tree (imports and string constants
-alike) it never reaches torch, onnx, build_model, export, bench or cli. Every command's
-`--help` is checked in a fresh interpreter where torch, onnx and onnxscript cannot be imported.
+alike) it never reaches torch, onnx, build_model, export, bench or cli. export/ never reaches
+bench/ (`edgeseq bench` imports the exporter's adapters; what both time with is
+runtime/search_timing.py). Every command's `--help` is checked in a fresh interpreter where
+torch, onnx and onnxscript cannot be imported.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,10 +25,30 @@ from edgeseq.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNTIME = ROOT / "runtime"
-BANNED_MODULES = ("torch", "onnx", "onnxscript", "safetensors")
-BANNED_PACKAGES = ("build_model", "export", "bench", "cli")
-# A string naming another layer as a module: "edgeseq.export", "build_model.tasks", ...
-LAYER_IN_STRING = re.compile(r"\bedgeseq\.(build_model|export|bench|cli)\b|\bbuild_model\.\w")
+
+
+@dataclass(frozen=True)
+class LayerRule:
+    """What the modules of one folder (a layer) never import, nor name in a string."""
+
+    folder: str
+    banned_modules: tuple[str, ...]  # third-party modules
+    banned_packages: tuple[str, ...]  # edgeseq's layers above this one
+
+    def pattern(self) -> re.Pattern[str]:
+        """A string naming a banned layer as a module: "edgeseq.export", "build_model.tasks"."""
+        named = rf"\bedgeseq\.({'|'.join(self.banned_packages)})\b"
+        bare = r"|\bbuild_model\.\w" if "build_model" in self.banned_packages else ""
+        return re.compile(named + bare)
+
+
+RUNTIME_RULE = LayerRule(
+    "runtime",
+    ("torch", "onnx", "onnxscript", "safetensors"),
+    ("build_model", "export", "bench", "cli"),
+)
+EXPORT_RULE = LayerRule("export", (), ("bench",))
+LAYER_RULES = (RUNTIME_RULE, EXPORT_RULE)
 SOURCE_DIRS = ("runtime", "build_model", "export", "bench", "cli", "benchmarks", "scripts", "tests")
 
 BLOCK_HEAVY = textwrap.dedent(
@@ -45,11 +68,12 @@ BLOCK_HEAVY = textwrap.dedent(
 )
 
 
-def layer_violations(path: Path, depth: int = 0) -> list[str]:
-    """What in `path` reaches outside runtime: imports of banned modules or other layers,
-    relative imports above runtime (`depth`: the file's folders below runtime/), and
-    strings naming another layer's modules."""
+def layer_violations(path: Path, depth: int = 0, rule: LayerRule = RUNTIME_RULE) -> list[str]:
+    """What in `path` breaks `rule`: imports of banned modules or layers, relative imports
+    above the layer's folder (`depth`: the file's folders below it), and strings naming a
+    banned layer's modules."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    in_string = rule.pattern()
     found = []
     for node in ast.walk(tree):
         names: list[str] = []
@@ -57,26 +81,28 @@ def layer_violations(path: Path, depth: int = 0) -> list[str]:
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level > depth + 1:
-                found.append(f"line {node.lineno}: relative import above runtime")
+                found.append(f"line {node.lineno}: relative import above {rule.folder}")
             names = [node.module or ""] if node.level == 0 else []
         for name in names:
             parts = name.split(".")
             top = parts[1] if parts[0] == "edgeseq" and len(parts) > 1 else parts[0]
-            if parts[0] in BANNED_MODULES or top in BANNED_PACKAGES:
+            if parts[0] in rule.banned_modules or top in rule.banned_packages:
                 found.append(f"line {node.lineno}: imports {name}")
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
-            match = LAYER_IN_STRING.search(node.value)
+            match = in_string.search(node.value)
             if match:
                 found.append(f"line {node.lineno}: string names {match.group()}")
     return found
 
 
-def test_runtime_names_no_other_layer_not_even_in_strings() -> None:
+@pytest.mark.parametrize("rule", LAYER_RULES, ids=[r.folder for r in LAYER_RULES])
+def test_a_layer_names_no_layer_above_it_not_even_in_strings(rule: LayerRule) -> None:
+    folder = ROOT / rule.folder
     problems = {
         str(path.relative_to(ROOT)): layer_violations(
-            path, len(path.relative_to(RUNTIME).parts) - 1
+            path, len(path.relative_to(folder).parts) - 1, rule
         )
-        for path in sorted(RUNTIME.rglob("*.py"))
+        for path in sorted(folder.rglob("*.py"))
     }
     assert {path: found for path, found in problems.items() if found} == {}
 
@@ -93,6 +119,28 @@ def test_the_layer_check_catches_imports_and_strings(tmp_path) -> None:
     )
     found = layer_violations(bad)
     assert [f.split(":")[0] for f in found] == ["line 1", "line 2", "line 3", "line 4"]
+
+
+def test_the_export_rule_catches_bench_and_allows_torch_and_the_runtime(tmp_path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import torch\n"
+        "from edgeseq.runtime.search_timing import time_search\n"
+        "def measure():\n"
+        "    from edgeseq.bench.compare import run_benchmark\n"
+        "from ...bench import isolated\n"
+        "import edgeseq.bench\n"
+        'WORKER = "edgeseq.bench.ort_worker"\n'
+        'PLAIN = "timed as edgeseq bench times"\n',
+        encoding="utf-8",
+    )
+    found = layer_violations(bad, depth=1, rule=EXPORT_RULE)
+    assert sorted(found) == [
+        "line 4: imports edgeseq.bench.compare",
+        "line 5: relative import above export",
+        "line 6: imports edgeseq.bench",
+        "line 7: string names edgeseq.bench",
+    ]
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))

@@ -273,8 +273,8 @@ def test_parity_group_and_its_failure(
 def test_bench_times_the_graph_path_next_to_the_loop(search_bundle: Path, loop_gen) -> None:
     from edgeseq.bench.graph_worker import graph_jobs, graph_lines, graph_vs_loop, measure_graph
     from edgeseq.bench.ort_worker import measure_ort
-    from edgeseq.bench.timing import BenchSpec
     from edgeseq.runtime.bundle import load_bundle
+    from edgeseq.runtime.search_timing import BenchSpec
 
     bundle = load_bundle(search_bundle)
     every = {"ort:search-fp32", "ort:search-int8", "ort:search-ort"}

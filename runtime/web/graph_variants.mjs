@@ -1,6 +1,6 @@
-// The extra graphs a bundle may hold besides its encoder and decoder, as runtime/graph_variants.py
-// registers them (tests/test_graph_variants.py checks that the two tables agree): the manifest
-// key of each, and the precisions it may be exported in.
+// The browser's checks of the extra graphs a bundle may hold besides its encoder and decoder.
+// Which variants exist, and in which precisions, is runtime/graph_variants.py's registry,
+// written to graph_variants_table.mjs by scripts/graph_variants_mjs.py.
 //
 //   graphVariantProblem(manifest)   // null, or what is wrong with an entry (one sentence)
 //
@@ -9,11 +9,7 @@
 // checked (sha256, vocabulary fingerprint) for the files the page fetches, which are only the
 // search graph's: the step-batching and in-place decoders serve Python's runtime.
 
-export const GRAPH_VARIANTS = {
-  search: ["fp32", "int8", "ort"],
-  steps: ["fp32", "int8"],
-  inplace: ["fp32", "int8"],
-};
+import { GRAPH_VARIANTS } from "./graph_variants_table.mjs";
 
 /** Whether `name` is a relative path that stays inside the bundle directory. */
 function inside(name) {

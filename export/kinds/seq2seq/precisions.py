@@ -32,6 +32,7 @@ from edgeseq.runtime.metrics import score
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.prefix import forced
 from edgeseq.runtime.search import greedy_search
+from edgeseq.runtime.search_timing import BenchSpec, time_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from ...convert import (
@@ -246,11 +247,9 @@ def measure_speed(
     max_new_tokens: int,
 ) -> dict[str, dict[str, Any]]:
     """Session load time and greedy tokens/s (batch 1, one thread, CPU) of each variant on
-    `sources`, timed by `edgeseq bench`'s harness (bench/timing.py): SPEED_REPEATS passes
-    per variant, interleaved, the fastest of each counts. Tokens are those generated,
+    `sources`, timed as `edgeseq bench` times (runtime/search_timing.py): SPEED_REPEATS
+    passes per variant, interleaved, the fastest of each counts. Tokens are those generated,
     `</s>` included."""
-    from edgeseq.bench.timing import BenchSpec, time_search
-
     spec = BenchSpec([list(s) for s in sources], (1,), 1, 1, max_new_tokens, warmup=False)
     best = {name: {"load": float("inf"), "rate": 0.0, "tokens": 0} for name in names}
     for _ in range(SPEED_REPEATS):

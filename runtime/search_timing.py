@@ -1,8 +1,8 @@
-"""Time generation through any engine behind the step interface; the core of `edgeseq bench`.
+"""Time a search through any engine behind the step interface: what `edgeseq bench` and the
+export's variants table (its tokens/s column) measure.
 
     spec = BenchSpec(sources=[[7, 9, 2], ...], batch_sizes=(1, 32), repeats=3, threads=1)
     timings = time_search(step_model, spec)       # {"1": {...}, "32": {...}}
-    result = run_isolated(ORT_WORKER, spec, bundle="b", variant="fp32")  # fresh process
 
 Every engine runs the same search (`runtime/search.py`) on the same source ids, sorted by
 length and cut into batches of each batch size. Per batch size: one warm-up pass over every
@@ -15,22 +15,16 @@ input (not timed), then `repeats` timed passes. Reported per batch size:
   batch, percentiles over every input of every timed pass;
 - `token_ms_p50`: a batch's time / its decoder steps (the gap between two streamed tokens).
 
-Every engine is measured in a fresh Python process (`run_isolated` runs a worker module:
-`ORT_WORKER` = bench/ort_worker.py, which cannot import torch, so its peak RSS is what a
-torch-free deployment needs; `TORCH_WORKER` = bench/torch_worker.py). The whole comparison
-(every engine, rounds, ratios) is `bench.compare.run_benchmark`. This module imports only
-numpy, the runtime's search and the standard library, so both workers share it.
+`time_search` runs in the calling process; `threads` and `extra` describe the process a
+spec is run in (`edgeseq bench` starts one per engine with them). This module imports only
+numpy, the runtime and the standard library, so a torch-free process and a PyTorch one time
+the same way.
 """
 
 from __future__ import annotations
 
 import gc
 import json
-import os
-import resource
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -39,15 +33,11 @@ from typing import Any
 
 import numpy as np
 
-from edgeseq.runtime.errors import EdgeseqError, OptionsError
-from edgeseq.runtime.padding import right_pad
-from edgeseq.runtime.prefix import forced
-from edgeseq.runtime.search import GenerationOptions, search
-from edgeseq.runtime.step import StepModel, StepState
-
-ORT_WORKER = "edgeseq.bench.ort_worker"  # worker modules, run as `python -m MODULE SPEC.json`
-TORCH_WORKER = "edgeseq.bench.torch_worker"
-THREAD_ENV = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+from .errors import OptionsError
+from .padding import right_pad
+from .prefix import forced
+from .search import GenerationOptions, search
+from .step import StepModel, StepState
 
 
 @dataclass
@@ -174,7 +164,7 @@ def time_search(model: StepModel, spec: BenchSpec) -> dict[str, dict[str, Any]]:
 
 def summarize(passes: list[list[tuple[float, int, int, int]]]) -> dict[str, Any]:
     """Statistics of timed passes, each a list of (seconds, rows, tokens, steps) per batch;
-    the passes themselves are kept under "passes" (for merging rounds, see compare.py)."""
+    the passes themselves are kept under "passes" (`edgeseq bench` merges rounds from them)."""
     rates = [sum(b[2] for b in p) / sum(b[0] for b in p) for p in passes]
     seq_ms = [1000 * b[0] for p in passes for b in p for _ in range(b[1])]
     token_ms = [1000 * b[0] / max(b[3], 1) for p in passes for b in p]
@@ -189,37 +179,3 @@ def summarize(passes: list[list[tuple[float, int, int, int]]]) -> dict[str, Any]
         "seconds_per_pass": float(np.median([sum(b[0] for b in p) for p in passes])),
         "passes": [[list(b) for b in p] for p in passes],
     }
-
-
-def peak_rss_mb() -> float:
-    """Peak resident memory of this process so far, in MiB (ru_maxrss)."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, else KiB
-
-
-# -- fresh processes ---------------------------------------------------------------------------
-class WorkerError(EdgeseqError):
-    """A measurement process failed; the message carries the last line of its stderr."""
-
-
-def run_isolated(module: str, spec: BenchSpec, **extra: Any) -> dict[str, Any]:
-    """Run `python -m module SPEC.json` in a fresh process with `spec` (its `extra` updated)
-    and the BLAS/OpenMP thread variables set to spec.threads; return the JSON it prints last."""
-    spec = BenchSpec(**{**asdict(spec), "extra": {**spec.extra, **extra}})
-    env = dict(os.environ, **dict.fromkeys(THREAD_ENV, str(spec.threads)))
-    with tempfile.TemporaryDirectory(prefix="edgeseq-bench-") as tmp:
-        spec_path = Path(tmp) / "spec.json"
-        spec.save(spec_path)
-        proc = subprocess.run(
-            [sys.executable, "-m", module, str(spec_path)],
-            capture_output=True,
-            text=True,
-            env=env,
-            check=False,
-        )
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        errors = [line for line in proc.stderr.strip().splitlines() if line.strip()]
-        reason = errors[-1] if errors else f"exit code {proc.returncode}, no output"
-        raise WorkerError(reason)
-    return json.loads(lines[-1])
