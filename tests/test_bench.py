@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from edgeseq.bench.cli import parse_batch_sizes
 from edgeseq.bench.isolated import ORT_WORKER, WorkerError, run_isolated
 from edgeseq.bench.report import markdown_report
+from edgeseq.cli.bench import parse_batch_sizes
 from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.manifest import read_manifest, write_manifest
