@@ -152,7 +152,7 @@ def test_a_variant_that_cannot_run_is_skipped_with_its_reason(runtime_case, tmp_
 
 
 def test_missing_matplotlib_or_torch_is_one_clear_error(runtime_case, monkeypatch) -> None:
-    from edgeseq.bench import cli as cli_bench
+    from edgeseq.cli import bench as cli_bench
 
     real = importlib.util.find_spec
     for module, option in (("matplotlib", "--plot"), ("torch", "--checkpoint")):
