@@ -14,6 +14,7 @@ only then.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -84,21 +85,18 @@ def evaluate(
     """
     if length_penalty is not None and not beam:
         raise OptionsError("--length-penalty ranks beam hypotheses: add --beam N")
+    how = Scoring(split, limit, beam, length_penalty, batch_size, threads)
     if not is_bundle(target):
         if data is not None or provider is not None or variant is not None:
             raise OptionsError(
                 f"{target} is not a bundle (no {MANIFEST_FILE}): --data, --provider and "
                 "--variant apply to bundles; a checkpoint is scored on its task's --split"
             )
-        result, metrics = _evaluate_checkpoint(
-            target, split, limit, beam, length_penalty, batch_size, threads
-        )
+        result, metrics = _evaluate_checkpoint(target, how)
         task = result["task"]
         header = f"{target}: task {task['name']} {task['options']}, {split} split"
     else:
-        result, metrics = _evaluate_bundle(
-            target, data, split, limit, beam, length_penalty, batch_size, threads, provider, variant
-        )
+        result, metrics = _evaluate_bundle(target, how, data, provider, variant)
         task_name = (result["task"] or {}).get("name", "unknown task")
         header = f"{target}: task {task_name}, {result['data']}"
     if as_json:
@@ -110,43 +108,37 @@ def evaluate(
             click.echo(f"  {key:<13} {value:.4f}")
 
 
+@dataclass(frozen=True)
+class Scoring:
+    """What to score and how: the options a bundle and a checkpoint both take."""
+
+    split: str
+    limit: int | None
+    beam: int | None
+    length_penalty: float | None
+    batch_size: int
+    threads: int | None
+
+
 def _evaluate_bundle(
-    target: Path,
-    data: Path | None,
-    split: str,
-    limit: int | None,
-    beam: int | None,
-    length_penalty: float | None,
-    batch_size: int,
-    threads: int | None,
-    provider: str | None,
-    variant: str | None,
+    target: Path, how: Scoring, data: Path | None, provider: str | None, variant: str | None
 ) -> tuple[dict[str, Any], dict[str, float]]:
     """The --json object of a bundle's scores, and the scores alone."""
-    generator = Generator.load(target, providers=provider, threads=threads, variant=variant)
-    references = bundle_references(generator.bundle.task, data, split)
+    generator = Generator.load(target, providers=provider, threads=how.threads, variant=variant)
+    references = bundle_references(generator.bundle.task, data, how.split)
     # unset options: the bundle's generation defaults (docs/generation.md), as in generate
-    options = GenerationOptions(
-        beam_size=beam, length_penalty=length_penalty, batch_size=batch_size, truncate=True
-    )
+    options = GenerationOptions(beam_size=how.beam, length_penalty=how.length_penalty,
+                                batch_size=how.batch_size, truncate=True)  # fmt: skip
     options = generator.resolve(options)
-    metrics = evaluate_bundle(generator, references, options, limit)
-    scored = str(data) if data is not None else f"{split} split"
+    metrics = evaluate_bundle(generator, references, options, how.limit)
+    scored = str(data) if data is not None else f"{how.split} split"
     search = f"beam {options.beam_size}" if options.method == "beam" else "greedy"
     result = {"bundle": str(target), "task": generator.bundle.task, "data": scored,
               "search": search, **metrics}  # fmt: skip
     return result, metrics
 
 
-def _evaluate_checkpoint(
-    checkpoint: Path,
-    split: str,
-    limit: int | None,
-    beam: int | None,
-    length_penalty: float | None,
-    batch_size: int,
-    threads: int | None,
-) -> tuple[dict[str, Any], dict[str, float]]:
+def _evaluate_checkpoint(checkpoint: Path, how: Scoring) -> tuple[dict[str, Any], dict[str, float]]:
     """The --json object of CHECKPOINT's scores on its task's split, and the scores alone;
     PyTorch is imported here. The task (and options such as --no-stress) are read from
     CHECKPOINT/task.json; a source counts as correct when the output equals any of its
@@ -156,18 +148,19 @@ def _evaluate_checkpoint(
     from edgeseq.build_model.checkpoint import load_checkpoint
     from edgeseq.build_model.evaluation import evaluate_model
 
-    penalty = 1.0 if length_penalty is None else length_penalty
+    beam = how.beam
+    penalty = 1.0 if how.length_penalty is None else how.length_penalty
     # GenerationOptions is the one validator of beam size, length penalty and batch size.
     GenerationOptions(beam_size=1 if beam is None else beam, length_penalty=penalty,
-                      batch_size=batch_size)  # fmt: skip
-    if threads:
-        torch.set_num_threads(threads)
+                      batch_size=how.batch_size)  # fmt: skip
+    if how.threads:
+        torch.set_num_threads(how.threads)
     model, tokenizers, meta = load_checkpoint(checkpoint)
     task = load_task(meta.task["name"], **meta.task["options"])
     search = _beam(beam, penalty) if beam else None
-    metrics = evaluate_model(model, tokenizers, task, split, limit, batch_size, search)
-    result = {"checkpoint": str(checkpoint), "task": meta.task, "split": split,
-              "search": _search_name(beam, length_penalty), **metrics}  # fmt: skip
+    metrics = evaluate_model(model, tokenizers, task, how.split, how.limit, how.batch_size, search)
+    result = {"checkpoint": str(checkpoint), "task": meta.task, "split": how.split,
+              "search": _search_name(beam, how.length_penalty), **metrics}  # fmt: skip
     return result, metrics
 
 
