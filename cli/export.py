@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +23,6 @@ from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.progress import progress_bar
 
 from .options import data_option, inputs_option
-
-Progress = Callable[[str], None]
 
 
 def _summary(manifest: dict[str, Any], seconds: float) -> str:
