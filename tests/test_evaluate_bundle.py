@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from test_torch_free import BLOCK_TORCH
 
-from edgeseq.build_model.cli_evaluate import evaluate_bundle, references_of
+from edgeseq.build_model.bundle_evaluation import evaluate_bundle, references_of
 from edgeseq.cli.main import main
 from edgeseq.runtime.errors import DataError
 from edgeseq.runtime.generator import Generator

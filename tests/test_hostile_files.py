@@ -100,7 +100,7 @@ def test_generate_input_unreadable(tmp_path: Path) -> None:
     secret = tmp_path / "secret.txt"
     secret.write_text("hello\n")
     secret.chmod(0)
-    from edgeseq.runtime.cli_generate import read_inputs
+    from edgeseq.cli.generate import read_inputs
 
     with pytest.raises(InputFileError, match="cannot be read: Permission denied"):
         read_inputs((), str(secret))

@@ -291,7 +291,7 @@ def test_the_server_modules_import_without_torch() -> None:
         "import importlib, sys\n"
         "for name in ('app', 'batcher', 'metrics', 'request'):\n"
         "    importlib.import_module(f'edgeseq.runtime.serve.{name}')\n"
-        "import edgeseq.runtime.cli_serve\n"
+        "import edgeseq.cli.serve\n"
         "heavy = [m for m in ('torch', 'onnx', 'edgeseq.build_model', 'edgeseq.export')\n"
         "         if m in sys.modules]\n"
         "print(heavy)\n"

@@ -262,7 +262,7 @@ def test_ray_warns_once_without_a_key_and_passes_only_the_digest(runtime_case, m
     itself is not started here: run_ray is replaced)."""
     from click.testing import CliRunner
 
-    from edgeseq.runtime.cli_serve import serve as serve_command
+    from edgeseq.cli.serve import serve as serve_command
     from edgeseq.runtime.serve import ray_run
 
     started: list[tuple[dict, str, int, float]] = []

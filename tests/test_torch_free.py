@@ -57,8 +57,23 @@ def test_importing_every_runtime_module_never_imports_torch() -> None:
         """
     )
     report = json.loads(python(code).stdout)
-    assert {"bundle", "cli_generate", "generator", "providers", "search"} <= set(report["modules"])
+    assert {"bundle", "generator", "providers", "results", "search"} <= set(report["modules"])
     assert report["heavy"] == []
+
+
+def test_the_runtime_commands_modules_never_import_torch() -> None:
+    """cli/generate.py, cli/serve.py, cli/models.py and cli/evaluate.py (a bundle's path) import
+    no torch, onnx or training code when loaded."""
+    code = textwrap.dedent(
+        """
+        import importlib, json, sys
+        for name in ("generate", "serve", "models", "evaluate", "options"):
+            importlib.import_module(f"edgeseq.cli.{name}")
+        banned = ("torch", "onnx", "onnxscript", "safetensors", "edgeseq.export")
+        print(json.dumps(sorted(m for m in banned if m in sys.modules)))
+        """
+    )
+    assert json.loads(python(code).stdout) == []
 
 
 def test_without_torch_a_bundle_loads_and_generates(runtime_case) -> None:

@@ -265,16 +265,16 @@ def test_evaluate_scores_the_training_split_too(trained_run, small_reverse_task)
 
 def test_evaluate_length_penalty_reaches_beam_search(trained_run, monkeypatch) -> None:
     """--length-penalty is passed to beam_search, named in the output, and needs --beam."""
-    import edgeseq.build_model.cli as build_cli
+    import edgeseq.cli.evaluate as evaluate_cli
 
     seen: list[float] = []
-    real = build_cli.beam_search
+    real = evaluate_cli.beam_search
 
     def recording(model, src_ids, beam_size, max_new_tokens, length_penalty):
         seen.append(length_penalty)
         return real(model, src_ids, beam_size, max_new_tokens, length_penalty)
 
-    monkeypatch.setattr(build_cli, "beam_search", recording)
+    monkeypatch.setattr(evaluate_cli, "beam_search", recording)
     best = str(trained_run[0] / "best")
     args = ["evaluate", best, "--limit", "4", "--beam", "2", "--json"]
     result = CliRunner().invoke(cli, [*args, "--length-penalty", "0.6"])

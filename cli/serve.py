@@ -18,8 +18,10 @@ from pathlib import Path
 
 import click
 
-from .errors import MissingDependencyError
-from .providers import PROVIDER_CHOICES, default_provider
+from edgeseq.runtime.errors import MissingDependencyError
+from edgeseq.runtime.providers import default_provider
+
+from .options import provider_option, threads_option, variant_option
 
 EPILOG = """\b
 Routes:
@@ -116,19 +118,9 @@ def _require(module: str, extra: str) -> None:
     show_default=True,
     help="Seconds a request may wait for its answer; beyond: 504.",
 )
-@click.option(
-    "--provider",
-    type=click.Choice(PROVIDER_CHOICES, case_sensitive=False),
-    default=None,
-    help="auto: CUDA if a GPU is usable, else CPU (a warning only when a GPU is present but "
-    "CUDA fails); cuda: strict; cpu. Default: $EDGESEQ_PROVIDER, else auto (as generate).",
-)
-@click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
-@click.option(
-    "--variant",
-    default=None,
-    help="Graph variant of the bundle (default: fp32, or the only one, as generate).",
-)
+@provider_option()
+@threads_option()
+@variant_option()
 @click.option(
     "--target-lang",
     default=None,
@@ -192,7 +184,7 @@ def serve(
     """Serve the bundle BUNDLE over HTTP: POST /v1/generate, with batching across requests."""
     _require("starlette", "serve")
     _require("uvicorn", "serve")
-    from .serve.auth import exposure_warning, read_api_key
+    from edgeseq.runtime.serve.auth import exposure_warning, read_api_key
 
     api_key = read_api_key(api_key_file, os.environ)
     if metrics_auth and api_key is None:
@@ -214,7 +206,7 @@ def serve(
         if max_replicas is not None and max_replicas < replicas:
             raise click.UsageError(f"--max-replicas {max_replicas} is below --replicas {replicas}")
         _require("ray", "ray")
-        from .serve.ray_run import run_ray
+        from edgeseq.runtime.serve.ray_run import run_ray
 
         args = {"bundle": str(bundle.resolve()), "provider": provider or default_provider(),
                 "max_batch": max_batch, "max_wait_ms": max_wait_ms, "max_inputs": max_inputs,
@@ -224,8 +216,8 @@ def serve(
         if threads is not None:
             args["threads"] = threads
         if target_lang is not None:  # refused here, not in each replica
-            from .bundle import load_bundle
-            from .languages import with_default_target
+            from edgeseq.runtime.bundle import load_bundle
+            from edgeseq.runtime.languages import with_default_target
 
             with_default_target(load_bundle(bundle).languages, target_lang)
             args["target_lang"] = target_lang
@@ -242,10 +234,10 @@ def serve(
 
     import uvicorn
 
-    from .generator import Generator
-    from .serve.app import create_app
-    from .serve.batcher import BatchSettings
-    from .serve.request import Limits
+    from edgeseq.runtime.generator import Generator
+    from edgeseq.runtime.serve.app import create_app
+    from edgeseq.runtime.serve.batcher import BatchSettings
+    from edgeseq.runtime.serve.request import Limits
 
     generator = Generator.load(
         bundle, providers=provider, threads=threads, variant=variant, target_lang=target_lang

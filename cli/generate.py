@@ -17,14 +17,15 @@ from typing import Any
 
 import click
 
-from .errors import InputFileError, InputTooLongError
-from .generator import Generator, Result, Source
-from .graph_search import SEARCH_MODES
-from .progress import progress_bar
-from .providers import PROVIDER_CHOICES
-from .results import result_json as results_json
-from .search import GenerationOptions
-from .tokenizer import utf8_text
+from edgeseq.runtime.errors import InputFileError, InputTooLongError
+from edgeseq.runtime.generator import Generator, Result, Source
+from edgeseq.runtime.graph_search import SEARCH_MODES
+from edgeseq.runtime.progress import progress_bar
+from edgeseq.runtime.results import result_json as results_json
+from edgeseq.runtime.search import GenerationOptions
+from edgeseq.runtime.tokenizer import utf8_text
+
+from .options import provider_option, threads_option, variant_option
 
 INPUT_RULES = """\b
 Input: the TEXT arguments; without them, the lines of --input FILE, or of stdin.
@@ -243,20 +244,9 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
 @click.option(
     "--max-new-tokens", type=int, default=None, help="Cap on generated tokens. [model default]"
 )
-@click.option(
-    "--provider",
-    type=click.Choice(PROVIDER_CHOICES, case_sensitive=False),
-    default=None,
-    help="auto: CUDA if a GPU is usable, else CPU (a warning only when a GPU is present but "
-    "CUDA fails); cuda: strict; cpu. Default: $EDGESEQ_PROVIDER, else auto.",
-)
-@click.option("--threads", type=int, default=None, help="Intra-op threads (default: all cores).")
-@click.option(
-    "--variant",
-    default=None,
-    help="Graph variant of the bundle: fp32, int8, fp16 or ort (edgeseq inspect lists them; "
-    "default: fp32, or the only variant of a built-in bundle).",
-)
+@provider_option()
+@threads_option()
+@variant_option()
 @click.option(
     "--search",
     "search_mode",

@@ -1,31 +1,28 @@
-"""`edgeseq export` and `edgeseq verify`: click parsing over export/pipeline.py.
+"""`edgeseq export`: click parsing over export/pipeline.py.
 
     edgeseq export runs/rev/best --out bundles/rev            # graphs + parity + manifest
     edgeseq export runs/rev/best --out bundles/rev --variants fp32,int8,fp16,ort
-    edgeseq verify bundles/rev --checkpoint runs/rev/best     # re-run the three parity levels
 
-The commands only parse options and print; the library (`export_checkpoint`, `verify_bundle`)
-is imported when a command runs, so `--help` needs neither torch nor onnx.
+The command only parses options and prints; the library (`export_checkpoint`) is imported
+when it runs, so `--help` needs neither torch nor onnx (`edgeseq verify`: cli/verify.py).
 """
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from edgeseq.export.limits import DEFAULT_MAX_METRIC_DROP
+from edgeseq.export.report import format_attempts, format_parity, format_variants
+from edgeseq.export.sources import ADAPTERS
 from edgeseq.runtime.errors import ParityError
 from edgeseq.runtime.progress import progress_bar
 
-from .limits import DEFAULT_MAX_METRIC_DROP, LEVEL3_MIN_INPUTS
-from .report import format_attempts, format_parity, format_variants
-from .sources import ADAPTERS
-
-Progress = Callable[[str], None]
+from .options import data_option, inputs_option
 
 
 def _summary(manifest: dict[str, Any], seconds: float) -> str:
@@ -61,13 +58,7 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     "described by a torch_source.json (torch), a Hugging Face MarianMT directory (marian), "
     "M2M-100 / NLLB-200 (m2m_100), BART or mBART-50 (mbart), T5 (t5); auto recognises it.",
 )
-@click.option(
-    "--data",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Held-out inputs for parity level 3 and the gates: one input per line, optionally "
-    "TAB reference (default: the checkpoint task's dev split, else random ids).",
-)
+@data_option()
 @click.option(
     "--target-lang",
     default=None,
@@ -77,13 +68,7 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
 @click.option("--opset", type=int, default=None, help="ONNX opset (default: the exporter's).")
 @click.option("--force", is_flag=True, help="Replace an existing bundle at --out.")
 @click.option("--no-verify", "no_verify", is_flag=True, help="Skip the parity checks.")
-@click.option(
-    "--inputs",
-    type=click.IntRange(1),
-    default=LEVEL3_MIN_INPUTS,
-    show_default=True,
-    help="Held-out inputs for parity level 3 and the variants' accuracy gates.",
-)
+@inputs_option("Held-out inputs for parity level 3 and the variants' accuracy gates.")
 @click.option(
     "--variants",
     "variant_names",
@@ -136,10 +121,10 @@ def export(
     M2M-100 / NLLB, BART / mBART-50 or T5; imported models are also checked against the
     original model (docs/import.md)."""
     start = time.perf_counter()
-    from .gate import GateError
-    from .options import ExportOptions
-    from .pipeline import export_checkpoint
-    from .variants import VariantOptions, parse_variants
+    from edgeseq.export.gate import GateError
+    from edgeseq.export.options import ExportOptions
+    from edgeseq.export.pipeline import export_checkpoint
+    from edgeseq.export.variants import VariantOptions, parse_variants
 
     variants = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
     # With stdout redirected and stderr a terminal, a bar on stderr names the running step
@@ -166,48 +151,10 @@ def export(
             click.echo(format_parity(exc.report))
             raise
         except MemoryError:
-            from .external_data import GraphSizeError
+            from edgeseq.export.external_data import GraphSizeError
 
             raise GraphSizeError(
                 f"this machine ran out of memory exporting {checkpoint} (an export holds the "
                 "model and a graph's weights several times): export on a machine with more memory"
             ) from None
     click.echo(_summary(manifest, time.perf_counter() - start))
-
-
-@click.command()
-@click.argument("bundle", type=click.Path(path_type=Path))
-@click.option(
-    "--checkpoint",
-    required=True,
-    type=click.Path(path_type=Path),
-    help="The model the bundle was exported from (a checkpoint, torch_source.json or "
-    "Hugging Face directory, as given to export).",
-)
-@click.option(
-    "--data",
-    type=click.Path(path_type=Path, dir_okay=False),
-    default=None,
-    help="Held-out inputs, as for export.",
-)
-@click.option(
-    "--inputs",
-    type=click.IntRange(1),
-    default=LEVEL3_MIN_INPUTS,
-    show_default=True,
-    help="Held-out inputs for parity level 3.",
-)
-def verify(bundle: Path, checkpoint: Path, data: Path | None, inputs: int) -> None:
-    """Re-run the parity checks of BUNDLE against the PyTorch model it came from."""
-    from .options import ExportOptions
-    from .pipeline import verify_bundle
-
-    start = time.perf_counter()
-    say = lambda text: click.echo(f"[{time.perf_counter() - start:5.1f}s] {text}")  # noqa: E731
-    try:
-        options = ExportOptions(inputs=inputs, data=data, progress=say)
-        report = verify_bundle(bundle, checkpoint, options)
-    except ParityError as exc:
-        click.echo(format_parity(exc.report))
-        raise
-    click.echo(format_parity(report))

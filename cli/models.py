@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from . import constants as C
-from .builtin import builtin_bundles
+from edgeseq.runtime import constants as C
+from edgeseq.runtime.builtin import builtin_bundles
 
 
 def describe_builtin(name: str, path: Path) -> dict[str, Any]:

@@ -23,15 +23,15 @@ from pathlib import Path
 
 import click
 
+from edgeseq.bench.compare import run_benchmark
+from edgeseq.bench.one_graph import bench_one_graph, one_graph_markdown
+from edgeseq.bench.report import markdown_report, plot_report
+from edgeseq.bench.sources import benchmark_sources, target_prefix
 from edgeseq.runtime.bundle import Bundle, load_bundle
 from edgeseq.runtime.errors import MissingDependencyError, OptionsError
-from edgeseq.runtime.providers import OPTIMIZATION_LEVELS, PROVIDER_CHOICES
 from edgeseq.runtime.search_timing import BenchSpec
 
-from .compare import run_benchmark
-from .one_graph import bench_one_graph, one_graph_markdown
-from .report import markdown_report, plot_report
-from .sources import benchmark_sources, target_prefix
+from .options import optimization_option, provider_option, threads_option, variant_option
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:
@@ -56,7 +56,7 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
     "SOURCE (a checkpoint, a torch_source.json, a MarianMT directory; needs torch).",
 )
 @click.option("--batch-sizes", default="1,32", show_default=True, help="Comma-separated list.")
-@click.option("--threads", type=int, default=1, show_default=True, help="Threads per engine.")
+@threads_option(default=1, help="Intra-op threads per engine.")
 @click.option("--repeats", type=int, default=3, show_default=True, help="Timed passes (median).")
 @click.option("--rounds", type=int, default=1, show_default=True,
               help="Run every engine this many times, alternating the order.")  # fmt: skip
@@ -65,10 +65,9 @@ def parse_batch_sizes(text: str) -> tuple[int, ...]:
               help="Source texts, one per line (default: the task's test split).")  # fmt: skip
 @click.option("--beam", type=int, default=1, show_default=True, help="Beam size (1: greedy).")
 @click.option("--max-new-tokens", type=int, default=None, help="Cap on generated tokens.")
-@click.option("--variant", "variants", multiple=True, help="Only these variants (repeatable).")
-@click.option("--provider", type=click.Choice(PROVIDER_CHOICES), default="cpu", show_default=True)
-@click.option("--optimization", type=click.Choice(list(OPTIMIZATION_LEVELS)), default="all",
-              show_default=True, help="onnxruntime graph optimization level.")  # fmt: skip
+@variant_option(multiple=True)
+@provider_option(default="cpu")
+@optimization_option()
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of random inputs.")
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Write every number.")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path), help="Write a bar chart.")
