@@ -102,6 +102,15 @@ def write_model(signature: Signature) -> bytes:
     return _model("write", nodes, inputs, signature)
 
 
+def bind_input(binding: ort.IOBinding, name: str, value: np.ndarray | ort.OrtValue) -> None:
+    """Bind input `name` to a host array (copied to the session's device as it runs) or to an
+    OrtValue where it lives."""
+    if isinstance(value, np.ndarray):
+        binding.bind_cpu_input(name, np.ascontiguousarray(value))
+    else:
+        binding.bind_ortvalue_input(name, value)
+
+
 MODELS = {"gather": gather_model, "take": take_model, "pad": pad_model, "write": write_model}
 
 

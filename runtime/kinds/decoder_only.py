@@ -28,7 +28,7 @@ import onnxruntime as ort
 from .. import constants as C
 from ..bundle import Bundle, check_model_graph
 from ..config import ModelConfig
-from ..device_rows import DeviceRows
+from ..device_rows import DeviceRows, bind_input
 from ..errors import InputTooLongError, OptionsError
 from ..generator import Generator, OpenOptions
 from ..providers import open_session
@@ -167,10 +167,7 @@ class OrtBoundGPTStep(OrtGPTStep):
                 (C.PAST_KEY % i, state.past_k[i]),
                 (C.PAST_VALUE % i, state.past_v[i]),
             ):
-                if isinstance(value, np.ndarray):
-                    binding.bind_cpu_input(name, value)
-                else:
-                    binding.bind_ortvalue_input(name, value)
+                bind_input(binding, name, value)
         binding.bind_output(C.LOGITS, "cpu")
         for name in self.outputs[1:]:
             binding.bind_output(name, self.device_type, self.device_id)

@@ -25,7 +25,7 @@ import onnxruntime as ort
 from .. import constants as C
 from ..bundle import Bundle, check_graph_pair
 from ..config import ModelConfig
-from ..device_rows import DeviceRows
+from ..device_rows import DeviceRows, bind_input
 from ..errors import BundleError
 from ..generator import Generator, OpenOptions
 from ..graph_search import GraphSearch
@@ -121,10 +121,7 @@ class OrtBoundStep(OrtStep):
             (C.CROSS_V, state.cross_v),
         ):
             for name, value in zip(self.names[family], values, strict=True):
-                if isinstance(value, np.ndarray):
-                    binding.bind_cpu_input(name, value)
-                else:
-                    binding.bind_ortvalue_input(name, value)
+                bind_input(binding, name, value)
         for name in heads:
             binding.bind_output(name, "cpu")  # what the search reads, on the host
         for name in self.decoder_outputs[1:]:

@@ -35,7 +35,7 @@ import numpy as np
 import onnxruntime as ort
 
 from .. import constants as C
-from ..device_rows import DeviceRows
+from ..device_rows import DeviceRows, bind_input
 from ..generator import Generator
 from ..graph_variants import STEPS, open_graph_variant
 from ..padding import right_pad
@@ -108,10 +108,7 @@ class DeviceTensors:
         cache stays on the device."""
         binding = steps.decoder.io_binding()
         for name, value in feeds.items():
-            if isinstance(value, np.ndarray):
-                binding.bind_cpu_input(name, np.ascontiguousarray(value))
-            else:
-                binding.bind_ortvalue_input(name, value)
+            bind_input(binding, name, value)
         binding.bind_output(C.LOGITS, "cpu")
         for name in steps.outputs[1:]:
             binding.bind_output(name, self.device_type, self.device_id)
