@@ -117,7 +117,7 @@ def prepare_bundle(args: argparse.Namespace, marian: Path, heldout: Path) -> tup
     command += ["--force"] if bundle.exists() else []
     command += ["--variants", args.variants, "--inputs", str(args.export_inputs)]
     command += ["--max-metric-drop", str(args.max_metric_drop)]
-    if args.tiny:
+    if args.tiny or args.no_verify:
         command.append("--no-verify")
     say(" ".join(command))
     start = time.perf_counter()
@@ -257,6 +257,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         type=Path,
         default=DEFAULT_OPTIMUM_PYTHON,
         help="Optimum's venv python (default .venv-optimum)",
+    )
+    parser.add_argument(
+        "--no-verify", action="store_true", help="export without parity checks (--tiny: always)"
     )
     parser.add_argument(
         "--one-process",

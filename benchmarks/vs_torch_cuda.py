@@ -257,7 +257,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     from marian_opus import held_out_sentences
 
     args.work.mkdir(parents=True, exist_ok=True)
-    args.tiny = args.tiny or args.no_verify  # prepare_bundle: --no-verify for a tiny model
     marian = prepare_model(args)
     texts = held_out_sentences(args.inputs)
     (args.work / "inputs.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")

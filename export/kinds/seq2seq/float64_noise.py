@@ -2,7 +2,7 @@
 float32 and in float64 (a float64 copy of the PyTorch model), max |Δ|.
 
     twin = float64_twin(model)
-    noise = decoder_noise(model, twin, feeds)       # one level-1 decoder case, per family
+    noise = decoder_noise(model, twin, args)        # one decode_step case, per output family
     bound = noise_bound(noise["logits"])             # TOLERANCE_FP32 + NOISE_FACTOR * noise
 
 A faithful export differs from PyTorch's float32 by rounding alone: by about as much as
