@@ -271,9 +271,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     )
     names = [e.name for e in engines]
     identical_cells = identical(engines, REFERENCE)
-    for engine in engines:
-        engine.model = engine.generator = None  # free the GPU for the memory processes
-    del engines[:]
+    del engines[:]  # the last references: the GPU is free for the memory processes
     if args.provider == "cuda":
         torch.cuda.empty_cache()
     return {
