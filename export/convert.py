@@ -47,7 +47,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.providers import gpu_present
 
-from .external_data import load_graph, save_graph
+from .external_data import data_file, has_external_data, load_graph, save_graph
 from .quantize import logits_nodes
 
 FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
@@ -218,6 +218,8 @@ def convert_ort(sources: Sequence[str | Path], out_dir: str | Path) -> tuple[lis
         work.mkdir()
         for source in sources:  # the converter takes a directory of .onnx files
             shutil.copy(source, work / Path(source).name)
+            if has_external_data(source):  # read beside the graph; the .ort holds it all
+                shutil.copy(data_file(source), work / data_file(source).name)
         with _quiet():
             convert_onnx_models_to_ort(
                 work, output_dir=converted, optimization_styles=[OptimizationStyle.Fixed]

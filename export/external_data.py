@@ -5,12 +5,15 @@ once they pass a threshold. Every graph file of every kind and variant is saved 
     graph_bytes("b/decoder.onnx")                       # both files' bytes
     settle_external_data("b/decoder.int8.onnx")         # after the quantizer wrote it
 
-Protobuf cannot serialise a message over 2 GiB, so a graph whose initializers reach
-`external_data_threshold()` (EXTERNAL_DATA_BYTES, 1 GiB, unless the environment variable
-EDGESEQ_EXTERNAL_DATA_MB sets it in MiB; 0 sends every graph's weights out, as the tests do)
-keeps them in one file named after it, `<graph file>.data` (`decoder.onnx.data`), tensors
-under SMALL_TENSOR_BYTES staying inside. A graph below the threshold is saved as before: one
-file, the same bytes. The data file is a bundle file like any other (manifest.json lists its
+A graph whose initializers reach `external_data_threshold()` (EXTERNAL_DATA_BYTES, 64 MiB,
+unless the environment variable EDGESEQ_EXTERNAL_DATA_MB sets it in MiB; 0 sends every
+graph's weights out, as the tests do) keeps them in one file named after it,
+`<graph file>.data` (`decoder.onnx.data`), tensors under SMALL_TENSOR_BYTES staying inside.
+Two reasons: protobuf cannot serialise a message over 2 GiB, and onnxruntime memory-maps an
+external data file where it parses weights inside the graph into its heap, so a weight that
+is only read (an embedding table, whose rows a `Gather` touches as tokens come) or that is
+prepacked at load (and then released) costs no heap copy (docs/experiments.md, "Weights in
+external data"). A graph below the threshold is saved as before: one file, the same bytes. The data file is a bundle file like any other (manifest.json lists its
 sha256; docs/bundle-large.md), and onnxruntime reads it when a graph is opened by its path.
 """
 
@@ -28,7 +31,7 @@ from google.protobuf.message import EncodeError
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.external_data import data_file_name
 
-EXTERNAL_DATA_BYTES = 1 << 30  # 1 GiB of initializers: half protobuf's limit, room for the rest
+EXTERNAL_DATA_BYTES = 64 << 20  # initializers from which onnxruntime's memory map pays
 EXTERNAL_DATA_ENV = "EDGESEQ_EXTERNAL_DATA_MB"
 SMALL_TENSOR_BYTES = 1024  # tensors smaller than this stay in the graph file (onnx's default)
 PROTOBUF_LIMIT = 2 << 30
@@ -154,21 +157,20 @@ def settle_external_data(path: str | Path) -> None:
 
 def refuse_unsupported_variants(paths: Sequence[str | Path], variants: Sequence[str]) -> None:
     """GraphSizeError when `variants` asks for a conversion the fp32 graphs at `paths` are too
-    large for: the ORT format of graphs with external data (an ORT file is one flatbuffer
+    large for: the ORT format of a graph of 2 GiB or more (an ORT file is one flatbuffer
     holding every weight; the search graph holds the weights of all `paths`, so their sum
     counts with `search`), fp16 of a graph of 2 GiB or more (onnxruntime's float16 converter
     infers shapes on the whole graph in memory, which protobuf cannot serialise)."""
-    external = [Path(p).name for p in paths if has_external_data(p)]
-    together = sum(graph_bytes(p) for p in paths)
-    if "search" in variants and not external and together >= external_data_threshold():
-        external = [f"the search graph of {', '.join(Path(p).name for p in paths)}"]
-    if external and "ort" in variants:
-        raise GraphSizeError(
-            f"{', '.join(external)} keep their weights in external data files, which the ORT "
-            "format (one flatbuffer, 2 GiB at most) cannot hold: leave ort out of --variants, "
-            f"or for graphs under 2 GiB raise {EXTERNAL_DATA_ENV} above their size"
-        )
     huge = [Path(p).name for p in paths if graph_bytes(p) >= PROTOBUF_LIMIT]
+    together = sum(graph_bytes(p) for p in paths)
+    too_large = [*huge]
+    if "search" in variants and together >= PROTOBUF_LIMIT:
+        too_large.append(f"the search graph of {', '.join(Path(p).name for p in paths)}")
+    if too_large and "ort" in variants:
+        raise GraphSizeError(
+            f"{', '.join(too_large)} hold 2 GiB or more, which the ORT format (one flatbuffer, "
+            "2 GiB at most) cannot hold: leave ort out of --variants"
+        )
     if huge and "fp16" in variants:
         raise GraphSizeError(
             f"{', '.join(huge)} hold 2 GiB or more, which the fp16 conversion cannot read "

@@ -99,9 +99,9 @@ def ids(bundle: Path, variant: str = "fp32", search: str = "loop", **options) ->
 
 
 # -- the threshold --------------------------------------------------------------------------
-def test_threshold_is_one_gib_unless_the_variable_sets_it(monkeypatch) -> None:
+def test_threshold_is_64_mib_unless_the_variable_sets_it(monkeypatch) -> None:
     monkeypatch.delenv(EXTERNAL_DATA_ENV, raising=False)
-    assert external_data_threshold() == EXTERNAL_DATA_BYTES == 1 << 30
+    assert external_data_threshold() == EXTERNAL_DATA_BYTES == 64 << 20
     monkeypatch.setenv(EXTERNAL_DATA_ENV, "0.5")
     assert external_data_threshold() == 1 << 19
     monkeypatch.setenv(EXTERNAL_DATA_ENV, "lots")
@@ -259,41 +259,58 @@ def test_truncated_data_file(copy: Path, capsys) -> None:
 
 
 @pytest.mark.skipif(NODE is None, reason="Node.js is absent (apt install nodejs)")
-def test_browser_refuses_external_data(external_bundle: Path) -> None:
+def test_browser_hands_each_graph_its_data_file(external_bundle: Path) -> None:
+    """The web runtime fetches and checks each graph's data file and gives it to
+    onnxruntime-web as `externalData` under the name the graph reads it by."""
     out = subprocess.run(
-        [NODE, str(HELPER), str(external_bundle)], capture_output=True, text=True, check=True
-    ).stdout
+        [NODE, str(HELPER), str(external_bundle), "both"], capture_output=True, text=True,
+        check=True,
+    ).stdout  # fmt: skip
+    names = ("encoder.onnx.data", "decoder.onnx.data", "search.onnx.data")
+    sizes = {name: (external_bundle / name).stat().st_size for name in names}
+    assert json.loads(out) == {"ok": True, "externalData": sizes}
+
+
+@pytest.mark.skipif(NODE is None, reason="Node.js is absent (apt install nodejs)")
+def test_browser_refuses_a_tampered_data_file(copy: Path) -> None:
+    data = copy / "decoder.onnx.data"
+    data.write_bytes(data.read_bytes()[:-100])
+    out = subprocess.run([NODE, str(HELPER), str(copy)], capture_output=True, text=True).stdout
     assert json.loads(out) == {
-        "error": "BundleError: encoder.onnx keeps its weights in encoder.onnx.data (ONNX "
-        "external data, written for large graphs): the web runtime loads graphs whose weights "
-        "are inside the .onnx file; run this bundle with the Python runtime or another "
-        "onnxruntime binding"
+        "error": "BundleError: decoder.onnx.data does not match its sha256 in manifest.json; "
+        "re-export"
     }
 
 
 # -- what the exporter cannot write ends in one line ------------------------------------------
-def test_ort_format_refused_with_external_data(runtime_model, tmp_path: Path) -> None:
+def test_ort_format_of_graphs_with_external_data(runtime_model, tmp_path: Path) -> None:
+    """The ORT converter reads the data file beside each graph; the .ort file holds it all."""
     from edgeseq.export.kinds.seq2seq.bundle import export_bundle
     from edgeseq.export.variants import VariantOptions
 
-    with threshold_mb("0"), pytest.raises(GraphSizeError, match="leave ort out of --variants"):
+    with threshold_mb("0"):
         export_bundle(
             runtime_model.model, runtime_model.tokenizers, tmp_path / "b", verify=False,
             variants=VariantOptions(("fp32", "ort")),
         )  # fmt: skip
-    assert not (tmp_path / "b").exists()
+    bundle = tmp_path / "b"
+    assert (bundle / "decoder.onnx.data").is_file() and not list(bundle.glob("*.ort.data"))
+    assert ids(bundle, "ort") == ids(bundle, "fp32")
 
 
-def test_ort_format_of_a_search_graph_past_the_threshold_refused(runtime_case, monkeypatch) -> None:
-    """The search graph holds both graphs' weights: past the threshold together, it has
-    external data even when neither graph has, and no ORT form."""
+def test_ort_format_of_graphs_over_2_gib_refused(runtime_case, monkeypatch) -> None:
+    """An ORT file is one flatbuffer: a graph of 2 GiB or more has no ORT form, nor does the
+    search graph of graphs whose sum reaches it."""
     graphs = [runtime_case.bundle / C.ENCODER_FILE, runtime_case.bundle / C.DECODER_FILE]
-    refuse_unsupported_variants(graphs, ("fp32", "ort", "search"))  # under the threshold
-    together = sum(graph_bytes(g) for g in graphs) / (1 << 20)
-    monkeypatch.setenv(EXTERNAL_DATA_ENV, str(together))
-    refuse_unsupported_variants(graphs, ("fp32", "ort"))  # no search graph: nothing past it
+    refuse_unsupported_variants(graphs, ("fp32", "ort", "search"))  # small: every form
+    together = sum(graph_bytes(g) for g in graphs)
+    monkeypatch.setattr(external_data, "PROTOBUF_LIMIT", together)
+    refuse_unsupported_variants(graphs, ("fp32", "ort"))  # no search graph: each is under it
     with pytest.raises(GraphSizeError, match=r"^the search graph of encoder\.onnx, decoder\.onnx"):
         refuse_unsupported_variants(graphs, ("fp32", "ort", "search"))
+    monkeypatch.setattr(external_data, "PROTOBUF_LIMIT", graph_bytes(graphs[1]))
+    with pytest.raises(GraphSizeError, match=r"^decoder\.onnx hold 2 GiB or more, .* leave ort"):
+        refuse_unsupported_variants(graphs, ("fp32", "ort"))
 
 
 def test_fp16_refused_for_a_graph_over_2_gib(monkeypatch, external_bundle: Path) -> None:

@@ -48,16 +48,11 @@ async function fetchBytes(url) {
   return new Uint8Array(await response.arrayBuffer());
 }
 
-/** Why graph `name` cannot be loaded here when the manifest lists its external data file
- * (`NAME.data`: weights of a graph over the exporter's size threshold), else null. */
+/** The name of graph `name`'s external data file (`NAME.data`: the weights of a graph over
+ * the exporter's size threshold) when the manifest lists one, else null. */
 function externalDataFile(manifest, name) {
   const data = `${name}.data`;
-  if (!manifest.files?.[data]) return null;
-  return (
-    `${name} keeps its weights in ${data} (ONNX external data, written for large graphs): ` +
-    "the web runtime loads graphs whose weights are inside the .onnx file; run this bundle " +
-    "with the Python runtime or another onnxruntime binding"
-  );
+  return manifest.files?.[data] ? data : null;
 }
 
 async function sha256Hex(bytes) {
@@ -136,9 +131,14 @@ export class Bundle {
     const source = Tokenizer.fromJSON(sourceData);
     const target = names.target === names.source ? source : Tokenizer.fromJSON(targetData);
     const options = { executionProviders: ["wasm"], ...sessionOptions };
-    const open = async ({ name, bytes }) => {
+    // A graph with external data gets its data file as onnxruntime-web's `externalData`
+    // (the graph names it by this relative path).
+    const open = async ({ name, bytes, data }) => {
+      const graphOptions = data
+        ? { ...options, externalData: [{ path: data.name, data: data.bytes }] }
+        : options;
       try {
-        return await ort.InferenceSession.create(bytes, options);
+        return await ort.InferenceSession.create(bytes, graphOptions);
       } catch (err) {
         throw new BundleError(`onnxruntime-web cannot load ${name}: ${err.message ?? err}`);
       }
@@ -154,12 +154,12 @@ export class Bundle {
       }
       files.push(file);
     }
-    for (const name of files) {
-      const data = externalDataFile(manifest, name);
-      if (data) throw new BundleError(data);
-    }
     const graphFiles = await Promise.all(
-      files.map(async (name) => ({ name, bytes: await get(name) })),
+      files.map(async (name) => {
+        const dataName = externalDataFile(manifest, name);
+        const data = dataName ? { name: dataName, bytes: await get(dataName) } : null;
+        return { name, bytes: await get(name), data };
+      }),
     );
     if (verify) {
       const sides = {

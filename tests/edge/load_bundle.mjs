@@ -1,6 +1,7 @@
 // Test helper: Bundle.load of runtime/web/edgeseq.mjs on a bundle directory, with fetch
 // reading the directory and a stand-in for onnxruntime-web (no graph is run).
 //   node tests/edge/load_bundle.mjs BUNDLE_DIR [SEARCH]  ->  {"ok": true} or {"error": "Name: message"}
+// (with "externalData": {DATA_FILE: bytes handed to onnxruntime-web} when a graph has some)
 // (SEARCH: Bundle.load's search option, "loop" by default; "both" also fetches the search graph)
 // Also: node tests/edge/load_bundle.mjs --fingerprint FILE...  -> {"FILE": hex, ...}
 //       node tests/edge/load_bundle.mjs --metadata FILE.onnx   -> {key: value, ...}
@@ -25,10 +26,16 @@ if (first === "--fingerprint") {
       return { ok: false, status: 404 };
     }
   };
-  const ort = { InferenceSession: { create: async () => ({}) }, Tensor: class {} };
+  const externalData = {};
+  const create = async (bytes, options) => {
+    for (const { path, data } of options.externalData ?? []) externalData[path] = data.length;
+    return {};
+  };
+  const ort = { InferenceSession: { create }, Tensor: class {} };
   try {
     await Bundle.load(ort, base, { search: rest[0] ?? "loop" });
-    console.log(JSON.stringify({ ok: true }));
+    const seen = Object.keys(externalData).length ? { externalData } : {};
+    console.log(JSON.stringify({ ok: true, ...seen }));
   } catch (err) {
     console.log(JSON.stringify({ error: `${err.name}: ${err.message}` }));
   }
