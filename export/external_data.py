@@ -12,9 +12,10 @@ graph's weights out, as the tests do) keeps them in one file named after it,
 Two reasons: protobuf cannot serialise a message over 2 GiB, and onnxruntime memory-maps an
 external data file where it parses weights inside the graph into its heap, so a weight that
 is only read (an embedding table, whose rows a `Gather` touches as tokens come) or that is
-prepacked at load (and then released) costs no heap copy (docs/experiments.md, "Weights in
-external data"). A graph below the threshold is saved as before: one file, the same bytes. The data file is a bundle file like any other (manifest.json lists its
-sha256; docs/bundle-large.md), and onnxruntime reads it when a graph is opened by its path.
+prepacked at load (and then released) costs no heap copy (docs/experiments-marian.md,
+"Weights in external data"). A graph below the threshold is saved as before: one file, the
+same bytes. The data file is a bundle file like any other (manifest.json lists its sha256;
+docs/bundle-large.md), and onnxruntime reads it when a graph is opened by its path.
 """
 
 from __future__ import annotations
