@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import onnxruntime as ort
@@ -36,6 +37,9 @@ from ..search import GenerationOptions
 from ..step import StepModel
 from .in_place import InPlaceStep
 from .ort_step import Layers, OrtStep
+
+if TYPE_CHECKING:
+    from .in_place_device import InPlaceDeviceStep
 
 Values = tuple[ort.OrtValue, ...]  # one (B, H, T, dh) OrtValue per decoder layer
 
@@ -164,16 +168,19 @@ def _numpy_dtype(value: ort.OrtValue) -> type:
 
 class Seq2SeqGenerator(Generator):
     """An encoder–decoder bundle: the two graphs stepped from Python, or the one-graph
-    search variant where `search` allows it (`Generator.uses_graph`). On the CPU, beam search
-    on the loop runs the in-place cache decoder when the bundle has one for the variant
-    (runtime/kinds/in_place.py); greedy search and sampling run decoder.onnx. Both extra
-    graphs are opened on first use (runtime/lazy.py): a server that never runs beam search
-    never loads the in-place decoder."""
+    search variant where `search` allows it (`Generator.uses_graph`). Beam search on the loop
+    runs the in-place cache decoder when the bundle has one for the variant: on the CPU with
+    numpy buffers (runtime/kinds/in_place.py), on CUDA with its buffers on the GPU
+    (runtime/kinds/in_place_device.py; heads of 32, 64 or 128 values only, else decoder.onnx);
+    greedy search and sampling run decoder.onnx. Both extra graphs are opened on first use
+    (runtime/lazy.py): a server that never runs beam search never loads the in-place
+    decoder."""
 
-    _in_place: Lazy[InPlaceStep] | None = None  # the in-place cache step model's opener
+    # the in-place cache step model's opener
+    _in_place: Lazy[InPlaceStep | InPlaceDeviceStep] | None = None
 
     @property
-    def in_place(self) -> InPlaceStep | None:
+    def in_place(self) -> InPlaceStep | InPlaceDeviceStep | None:
         """The in-place cache step model (opened now if this is its first use), or None."""
         return None if self._in_place is None else self._in_place.get()
 
@@ -225,9 +232,28 @@ class Seq2SeqGenerator(Generator):
             graph.get()  # insisted on: a graph that cannot run is refused at load
         generator = cls(bundle, step, device, graph, search)
         open_in_place = opener(IN_PLACE.key)
-        if device == "cpu" and open_in_place is not None:
-            generator._in_place = Lazy(lambda: InPlaceStep(encoder, open_in_place(), bundle.config))
+        if open_in_place is not None:
+            generator._in_place = _in_place_opener(encoder, open_in_place, bundle.config, device)
         return generator
+
+
+def _in_place_opener(
+    encoder: ort.InferenceSession,
+    open_decoder: Callable[[], ort.InferenceSession],
+    config: ModelConfig,
+    device: str,
+) -> Lazy[InPlaceStep | InPlaceDeviceStep] | None:
+    """The in-place cache step model for `device`, made on first use: numpy buffers on the
+    CPU (faster there), device buffers on CUDA where its kernel takes the model's heads;
+    None where it does not run."""
+    if device == "cpu":
+        return Lazy(lambda: InPlaceStep(encoder, open_decoder(), config))
+    # imported here: in_place_device builds on OrtBoundStep, defined above
+    from .in_place_device import InPlaceDeviceStep, runs_on_cuda
+
+    if device == "cuda" and runs_on_cuda(config):
+        return Lazy(lambda: InPlaceDeviceStep(encoder, open_decoder(), config, "cuda"))
+    return None
 
 
 GENERATOR = Seq2SeqGenerator
