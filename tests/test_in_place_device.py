@@ -21,10 +21,10 @@ from edgeseq.runtime.device_rows import ELEMENT_TYPES, DeviceRows, resolve_model
 from edgeseq.runtime.errors import CacheFullError
 from edgeseq.runtime.kinds import in_place as in_place_module
 from edgeseq.runtime.kinds import seq2seq as seq2seq_module
+from edgeseq.runtime.kinds.bound_step import OrtBoundStep
 from edgeseq.runtime.kinds.in_place import InPlaceStep
 from edgeseq.runtime.kinds.in_place_device import InPlaceDeviceStep
 from edgeseq.runtime.kinds.ort_step import OrtStep
-from edgeseq.runtime.kinds.seq2seq import OrtBoundStep
 from edgeseq.runtime.lazy import Lazy
 from edgeseq.runtime.prefix import ForcedPrefix
 from edgeseq.runtime.providers import CPU_EP

@@ -37,9 +37,9 @@ import onnxruntime as ort
 from .. import constants as C
 from ..config import ModelConfig
 from ..device_rows import ELEMENT_TYPES
+from .bound_step import OrtBoundStep, Values
 from .in_place import cache_length, check_one_token
 from .indirection import check_live, check_room, grown_indirection, mark_written, plan_select
-from .seq2seq import OrtBoundStep, Values
 
 CUDA_HEAD_SIZES = (32, 64, 128)  # head sizes onnxruntime's CUDA kernel of the in-place op has
 
