@@ -6,11 +6,14 @@ provider.
     wide = rows.pad(cross, extra_rows=2, width=17)     # zero rows at the end, columns to 17
     rows.write(cross, slots=[1, 4], new=joined)        # rows 1 and 4 replaced
     rows.take(cache, rows=[0, 2], first=3)             # rows 0 and 2, columns 3..end
+    rows.resolve(cache, held)       # row i, column t from row held[i, t] (in-place decoder)
 
 onnxruntime's Python `OrtValue` has no gather or slice of its own: `value.numpy()[rows]`
 brings a CUDA tensor to the host and back. `DeviceRows` runs a graph of one operation per
 tensor instead (`Gather` on axis 0; `Pad`; `Concat` then `Gather`; `Gather` then `Slice`
-on the column axis, axis 2 of a (B, H, T, dh) cache), on the provider the decoder runs on,
+on the column axis, axis 2 of a (B, H, T, dh) cache; for `resolve`, the in-place decoder's
+cache read through its indirection, `Slice`, `Transpose`, `Reshape`, `Gather` of
+(position, row) pairs, `Transpose` back and `Pad`), on the provider the decoder runs on,
 with every input and output bound in place (IO binding): beam reordering, finished rows
 leaving and the server's live batch changing move only row indices and a few sizes across
 the bus. The same code runs on the CPU provider with CPU `OrtValue`s, which is how the tests
@@ -28,7 +31,7 @@ import onnxruntime as ort
 from . import onnx_writer as W
 
 ROWS = "rows"  # int64 (R,): the rows to take, may repeat
-OPSET = 13  # Gather, Pad (pads as an input), Concat, Slice
+OPSET = 13  # Gather, Pad (pads as an input), Concat, Slice, Transpose, Reshape
 COLUMNS = 2  # the column axis of the tensors `pad` and `take` edit: T of (B, H, T, dh)
 
 # ONNX TensorProto element types of the OrtValue type strings the state holds.
@@ -53,11 +56,16 @@ def _tensors(signature: Signature, prefix: str) -> list[bytes]:
     ]
 
 
-def _model(name: str, nodes: list[bytes], inputs: list[bytes], signature: Signature) -> bytes:
+def _model(
+    name: str,
+    nodes: list[bytes],
+    inputs: list[bytes],
+    signature: Signature,
+    initializers: Sequence[bytes] = (),
+) -> bytes:
     """A model of `nodes` reading `inputs` then x0, x1, ... and writing y0, y1, ..."""
     inputs = [*inputs, *_tensors(signature, "x")]
-    axes = [W.int64_tensor("axes", [COLUMNS])] if name == "take" else []
-    graph = W.make_graph(name, nodes, inputs, _tensors(signature, "y"), axes)
+    graph = W.make_graph(name, nodes, inputs, _tensors(signature, "y"), initializers)
     return W.make_model(graph, OPSET)
 
 
@@ -79,7 +87,7 @@ def take_model(signature: Signature) -> bytes:
         nodes.append(W.make_node("Slice", [f"g{i}", "first", "last", "axes"], [f"y{i}"]))
     inputs = [W.tensor_value(ROWS, W.INT64, ["R"])]
     inputs += [W.tensor_value(name, W.INT64, ["1"]) for name in ("first", "last")]
-    return _model("take", nodes, inputs, signature)
+    return _model("take", nodes, inputs, signature, [W.int64_tensor("axes", [COLUMNS])])
 
 
 def pad_model(signature: Signature) -> bytes:
@@ -102,6 +110,32 @@ def write_model(signature: Signature) -> bytes:
     return _model("write", nodes, inputs, signature)
 
 
+def resolve_model(signature: Signature) -> bytes:
+    """Inputs `index` int64 (P, R), `last` int64 (1,) = P, `shape` int64 (3,) = (P B, H, dh),
+    `pads` int64 (8,) and xi (B, H, M, dh); outputs yi (R, H, M, dh) with
+    yi[r, :, t] = xi[index[t, r] % B, :, t] for t < P (index[t, r] = t B + the row), zeros
+    after: the first P columns, Transpose to (P, B, H, dh), Reshape to (P B, H, dh), Gather
+    (P, R, H, dh), Transpose to (R, H, P, dh), Pad the columns to M."""
+    nodes = []
+    for i in range(len(signature)):
+        nodes += [
+            W.make_node("Slice", [f"x{i}", "zero", "last", "axes"], [f"s{i}"]),
+            W.make_node("Transpose", [f"s{i}"], [f"t{i}"], perm=[2, 0, 1, 3]),
+            W.make_node("Reshape", [f"t{i}", "shape"], [f"f{i}"]),
+            W.make_node("Gather", [f"f{i}", "index"], [f"g{i}"], axis=0),
+            W.make_node("Transpose", [f"g{i}"], [f"r{i}"], perm=[1, 2, 0, 3]),
+            W.make_node("Pad", [f"r{i}", "pads"], [f"y{i}"]),
+        ]
+    inputs = [
+        W.tensor_value("index", W.INT64, ["P", "R"]),
+        W.tensor_value("last", W.INT64, ["1"]),
+        W.tensor_value("shape", W.INT64, ["3"]),
+        W.tensor_value("pads", W.INT64, ["8"]),
+    ]
+    constants = [W.int64_tensor("zero", [0]), W.int64_tensor("axes", [COLUMNS])]
+    return _model("resolve", nodes, inputs, signature, constants)
+
+
 def bind_input(binding: ort.IOBinding, name: str, value: np.ndarray | ort.OrtValue) -> None:
     """Bind input `name` to a host array (copied to the session's device as it runs) or to an
     OrtValue where it lives."""
@@ -111,7 +145,13 @@ def bind_input(binding: ort.IOBinding, name: str, value: np.ndarray | ort.OrtVal
         binding.bind_ortvalue_input(name, value)
 
 
-MODELS = {"gather": gather_model, "take": take_model, "pad": pad_model, "write": write_model}
+MODELS = {
+    "gather": gather_model,
+    "take": take_model,
+    "pad": pad_model,
+    "write": write_model,
+    "resolve": resolve_model,
+}
 
 
 class DeviceRows:
@@ -211,3 +251,23 @@ class DeviceRows:
         rows = np.arange(batch)
         rows[np.asarray(slots, dtype=np.int64)] = batch + np.arange(len(slots))
         return self._run("write", values, {ROWS: rows}, new)
+
+    def resolve(self, values: Sequence[ort.OrtValue], held: np.ndarray) -> tuple[ort.OrtValue, ...]:
+        """values[i] (B, H, M, dh) -> (R, H, M, dh) whose row r holds, at each column t < P,
+        values[i][held[r, t], :, t], for int `held` (R, P) (rows may repeat); columns P.. are
+        zero. The in-place decoder's cache read through its indirection into rows of their
+        own (runtime/kinds/in_place_device.py)."""
+        if not values:
+            return ()
+        batch, heads, length, d_head = values[0].shape()
+        past = held.shape[1]
+        index = np.arange(past)[:, None] * batch + np.asarray(held, dtype=np.int64).T
+        pads = np.zeros(8, dtype=np.int64)
+        pads[4 + COLUMNS] = length - past  # end of the column axis
+        host = {
+            "index": index,
+            "last": np.array([past]),
+            "shape": np.array([past * batch, heads, d_head]),
+            "pads": pads,
+        }
+        return self._run("resolve", values, host)

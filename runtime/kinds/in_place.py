@@ -22,7 +22,8 @@ max_len (`EDGESEQ_CACHE_POOL_MB` overrides it; 0 keeps none); `EDGESEQ_CACHE_GEN
 `CacheFullError` (the search's step budget stops before it).
 
 Rows are grouped in blocks of `width` (an input's hypotheses in beam search, 1 in greedy
-search): row n * W + w reads position t from buffer row n * W + indirection[n, w, t].
+search): row n * W + w reads position t from buffer row n * W + indirection[n, w, t]
+(runtime/kinds/indirection.py, shared with the device buffers of in_place_device.py).
 `select` is then one of three things:
 - every row stays in its block (beam reordering): the indirection rows are gathered, the
   buffers are kept;
@@ -44,8 +45,9 @@ import onnxruntime as ort
 
 from .. import constants as C
 from ..config import ModelConfig
-from ..errors import CacheFullError, OptionsError
+from ..errors import OptionsError
 from .buffer_pool import GENERATIONS, BufferPool, Lease, size_class
+from .indirection import check_live, check_room, grown_indirection, mark_written, plan_select
 from .ort_step import Layers, OrtStep
 
 MIN_CACHE_LEN = 64  # first buffer length (positions), at least; grows by doubling
@@ -128,7 +130,7 @@ class InPlaceStep(OrtStep):
         try:
             first = super().start(src_ids)
             rows = first.batch
-            length = min(self.max_len, max(MIN_CACHE_LEN, 2 * src_ids.shape[1]))
+            length = cache_length(self.max_len, src_ids.shape[1])
             return InPlaceState(
                 first.cross_k, first.cross_v, first.src_mask, first.source_rows,
                 self.buffers(lease, rows, length), self.buffers(lease, rows, length), 0, 1,
@@ -146,8 +148,7 @@ class InPlaceStep(OrtStep):
             new = state.lease.take((*old.shape[:2], length, old.shape[3]))
             new[:, :, : state.past] = old[:, :, : state.past]
             cache.append(new)
-        indirection = np.zeros((*state.indirection.shape[:2], length), np.int32)
-        indirection[:, :, : state.past] = state.indirection[:, :, : state.past]
+        indirection = grown_indirection(state.indirection, state.past, length)
         source = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
         replaced = state.cache_k + state.cache_v
         return self._moved(source, tuple(cache), state.width, indirection, state, replaced)
@@ -217,16 +218,10 @@ class InPlaceStep(OrtStep):
         """`step` and `step_top` (OrtStep's) on input_ids int64 (B, 1): outputs `heads`, and
         the state with position past_len written into its buffers (the same buffers, unless
         they had to grow)."""
-        if input_ids.shape[1] != 1:
-            raise ValueError("the in-place cache decoder takes one new token per row")
-        _check_live(state)
+        check_one_token(input_ids)
+        check_live(state)
         try:
-            if state.past >= self.max_len:
-                raise CacheFullError(
-                    f"the in-place cache holds the model's max_len of {self.max_len} positions "
-                    f"and all are written: generate at most {self.max_len} tokens "
-                    "(max_new_tokens; the search functions stop there by themselves)"
-                )
+            check_room(state.past, self.max_len)
             if state.past >= state.cache_len:
                 state = self.grown(state)
             return self._run(state, input_ids, heads)
@@ -256,8 +251,7 @@ class InPlaceStep(OrtStep):
         for name, array in zip(heads, out, strict=True):
             binding.bind_ortvalue_output(name, ort.OrtValue.ortvalue_from_numpy(array))
         self.decoder.run_with_iobinding(binding)
-        # Row n * W + w wrote its own position `past`.
-        state.indirection[:, :, past] = np.arange(state.width, dtype=np.int32)
+        mark_written(state.indirection, past)
         state.past = past + 1
         return out, state
 
@@ -275,7 +269,7 @@ class InPlaceStep(OrtStep):
 
     def select(self, state: InPlaceState, rows: np.ndarray) -> InPlaceState:  # type: ignore[override]
         """Gather batch rows (int64 (B',), may repeat); see the module docstring."""
-        _check_live(state)
+        check_live(state)
         try:
             return self._select(state, np.asarray(rows, dtype=np.int64))
         except BaseException:
@@ -284,45 +278,44 @@ class InPlaceStep(OrtStep):
 
     def _select(self, state: InPlaceState, rows: np.ndarray) -> InPlaceState:
         """`select` on a live state."""
-        width, past = state.width, state.past
-        old_block, count = rows // width, len(rows)
-        flat = state.indirection.reshape(state.batch, state.cache_len)
-        if count == state.batch and np.array_equal(old_block, np.arange(count) // width):
+        plan = plan_select(state.indirection, state.width, state.past, rows)
+        if plan.kind == "reorder":
             # The rows of a block share their source row, so cross K/V and mask stay as
             # they are, and so does the binding.
             outer = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
-            indirection = flat[rows].reshape(state.indirection.shape)
-            moved = self._moved(outer, state.cache_k + state.cache_v, width, indirection, state)
+            cache = state.cache_k + state.cache_v
+            moved = self._moved(outer, cache, plan.width, plan.indirection, state)
             moved.binding = state.binding
             return moved
-        new_width = _run_width(old_block)
-        blocks = old_block.reshape(-1, width) if new_width == width else None
-        if blocks is not None and (blocks == blocks[:, :1]).all():
-            source = (blocks[:, :1] * width + np.arange(width)).ravel()  # whole old blocks
-            runs = _runs(source)
-            outer = self._source(state, source, runs)  # a block's rows share their cross K/V
-            cache = tuple(
-                self._copy(a, source, runs, past, state.lease)
-                for a in (*state.cache_k, *state.cache_v)
-            )
-            indirection = flat[rows].reshape(-1, width, state.cache_len)
-            replaced = () if runs is not None else state.cache_k + state.cache_v  # copied
-            return self._moved(outer, cache, width, indirection, state, replaced)
+        past, buffers = state.past, state.cache_k + state.cache_v
+        if plan.source is not None:  # whole blocks kept
+            runs = _runs(plan.source)
+            outer = self._source(state, plan.source, runs)  # a block's rows share cross K/V
+            cache = tuple(self._copy(a, plan.source, runs, past, state.lease) for a in buffers)
+            replaced = () if runs is not None else buffers  # copied
+            return self._moved(outer, cache, plan.width, plan.indirection, state, replaced)
         # Resolve the indirection: row i's position t is in old buffer row held[i, t].
+        assert plan.held is not None
         outer = self.select_source(state, rows)
-        held = old_block[:, None] * width + flat[rows, :past]
         positions = np.arange(past)
-        cache = []
-        for array in state.cache_k + state.cache_v:
-            new = state.lease.take((count, *array.shape[1:]))
-            new[:, :, :past] = array[held, :, positions].transpose(0, 2, 1, 3)
-            cache.append(new)
-        indirection = np.broadcast_to(
-            np.arange(new_width, dtype=np.int32)[None, :, None],
-            (count // new_width, new_width, state.cache_len),
-        ).copy()
-        replaced = state.cache_k + state.cache_v
-        return self._moved(outer, tuple(cache), new_width, indirection, state, replaced)
+        resolved = []
+        for array in buffers:
+            new = state.lease.take((len(rows), *array.shape[1:]))
+            new[:, :, :past] = array[plan.held, :, positions].transpose(0, 2, 1, 3)
+            resolved.append(new)
+        return self._moved(outer, tuple(resolved), plan.width, plan.indirection, state, buffers)
+
+
+def cache_length(max_len: int, src_len: int) -> int:
+    """Positions of a new generation's buffers for sources of `src_len` tokens:
+    max(MIN_CACHE_LEN, 2 src_len), at most max_len (they grow by doubling from there)."""
+    return min(max_len, max(MIN_CACHE_LEN, 2 * src_len))
+
+
+def check_one_token(input_ids: np.ndarray) -> None:
+    """Refuse input_ids (B, N) with N != 1: the in-place decoder takes one token per row."""
+    if input_ids.shape[1] != 1:
+        raise ValueError("the in-place cache decoder takes one new token per row")
 
 
 def default_pool_bytes(config: ModelConfig) -> int:
@@ -355,29 +348,10 @@ def _env_int(environ: Mapping[str, str], name: str, least: int, meaning: str) ->
     return int(text)
 
 
-def _check_live(state: InPlaceState) -> None:
-    """Refuse a state that step or select already consumed."""
-    if state.spent:
-        raise ValueError(
-            "this in-place decoder state was passed to step or select already: use the state "
-            "that call returned (states are used once)"
-        )
-
-
 def _abandon(state: InPlaceState) -> None:
     """A generation that failed: its buffers go back to the pool and its slot frees now."""
     state.spent, state.binding = True, None
     state.lease.close()
-
-
-def _run_width(old_block: np.ndarray) -> int:
-    """The block width of rows that came from old blocks `old_block` (B',): the length of its
-    runs of equal values when every run has the same length and no old block has two runs,
-    else 1."""
-    starts = np.flatnonzero(np.diff(old_block, prepend=-1) != 0)
-    lengths = np.diff(np.append(starts, len(old_block)))
-    unique = len(np.unique(old_block[starts])) == len(starts)
-    return int(lengths[0]) if unique and (lengths == lengths[0]).all() else 1
 
 
 def _runs(rows: np.ndarray) -> Runs | None:

@@ -4,8 +4,9 @@
     tokens = greedy_search(step_model, src_ids, max_new_tokens=50)
 
 `OrtStep` keeps the decoder state as numpy arrays; inputs and outputs are fed and read by name
-(`runtime/constants.py`), never by position. runtime/kinds/seq2seq.py adds the IO-bound
-device variant and the generator; runtime/kinds/in_place.py the in-place cache.
+(`runtime/constants.py`), never by position. runtime/kinds/bound_step.py adds the IO-bound
+device variant, runtime/kinds/in_place.py and in_place_device.py the in-place cache (numpy and
+device buffers), runtime/kinds/seq2seq.py the generator.
 """
 
 from __future__ import annotations

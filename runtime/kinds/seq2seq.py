@@ -5,27 +5,22 @@ search variant), the step models that drive them, and `Seq2SeqGenerator`, which
     step_model = OrtStep.from_files("b/encoder.onnx", "b/decoder.onnx", config)
     tokens = greedy_search(step_model, src_ids, max_new_tokens=50)
 
-`OrtStep` keeps the decoder state as numpy arrays (the CPU path). `OrtBoundStep` keeps the
-self-attention cache, the cross K/V and the source mask as `OrtValue`s on the session's
-device and runs the decoder with IO binding, so on CUDA they stay on the GPU for the whole
-generation: present -> past is chained by binding, beam reordering and finished rows leaving
-are a Gather on the same device (runtime/device_rows.py), and only the new ids, the row
-indices and the search's outputs (top-k ids and scores, or the logits) cross to the host.
+`OrtStep` keeps the decoder state as numpy arrays (the CPU path, runtime/kinds/ort_step.py).
+`OrtBoundStep` keeps it as `OrtValue`s on the session's device (runtime/kinds/bound_step.py),
+so on CUDA it stays on the GPU for the whole generation. Beam search on the loop runs the
+in-place cache decoder where the bundle has it: `InPlaceStep` on the CPU
+(runtime/kinds/in_place.py), `InPlaceDeviceStep` on CUDA (runtime/kinds/in_place_device.py).
 Inputs and outputs are fed and read by name (`runtime/constants.py`), never by position.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import numpy as np
 import onnxruntime as ort
 
-from .. import constants as C
 from ..bundle import Bundle, check_graph_pair
 from ..config import ModelConfig
-from ..device_rows import DeviceRows, bind_input
 from ..errors import BundleError
 from ..generator import Generator, OpenOptions
 from ..graph_search import GraphSearch
@@ -34,146 +29,27 @@ from ..lazy import Lazy
 from ..providers import open_sessions
 from ..search import GenerationOptions
 from ..step import StepModel
+from .bound_step import OrtBoundStep
 from .in_place import InPlaceStep
-from .ort_step import Layers, OrtStep
-
-Values = tuple[ort.OrtValue, ...]  # one (B, H, T, dh) OrtValue per decoder layer
-
-
-@dataclass
-class OrtBoundState:
-    """Decoder state as OrtValues on the device: cross K/V and cache, L-tuples of
-    (B, H, *, dh), and src_mask (B, S) bool; source_rows (B,) int64 on the host, the encoder
-    row each state row came from (as `OrtState`'s). The empty cache of a new state is host
-    arrays (B, H, 0, dh): onnxruntime copies their zero bytes in, and never has to allocate
-    an empty device buffer."""
-
-    cross_k: Values
-    cross_v: Values
-    src_mask: ort.OrtValue
-    past_k: Values | Layers
-    past_v: Values | Layers
-    source_rows: np.ndarray
-
-    @property
-    def batch(self) -> int:
-        """Rows in the state."""
-        return int(self.src_mask.shape()[0])
-
-    @property
-    def past_len(self) -> int:
-        """Target positions already cached."""
-        past = self.past_k[0]
-        return int(past.shape[2] if isinstance(past, np.ndarray) else past.shape()[2])
-
-
-class OrtBoundStep(OrtStep):
-    """OrtStep whose state lives on `device_type` ("cuda", or "cpu" for testing) and whose
-    runs use IO binding. Row selection (finished rows leaving, beam reordering) gathers on
-    the device: the cache always, the cross K/V and mask only when rows change source."""
-
-    def __init__(
-        self,
-        encoder: ort.InferenceSession,
-        decoder: ort.InferenceSession,
-        config: ModelConfig,
-        device_type: str = "cuda",
-        device_id: int = 0,
-    ) -> None:
-        super().__init__(encoder, decoder, config)
-        self.device_type, self.device_id = device_type, device_id
-        self.rows = DeviceRows.like(decoder, device_type, device_id)
-
-    def to_device(self, array: np.ndarray) -> ort.OrtValue:
-        """Copy a numpy array to an OrtValue on this step's device."""
-        return ort.OrtValue.ortvalue_from_numpy(
-            np.ascontiguousarray(array), self.device_type, self.device_id
-        )
-
-    def start(self, src_ids: np.ndarray) -> OrtBoundState:  # type: ignore[override]
-        """Run the encoder on src_ids int64 (B, S); cross K/V stay on the device."""
-        src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)
-        binding = self.encoder.io_binding()
-        binding.bind_cpu_input(C.SRC_IDS, src_ids)
-        for name in self.encoder_outputs[1:]:
-            binding.bind_output(name, self.device_type, self.device_id)
-        self.encoder.run_with_iobinding(binding)
-        out = binding.get_outputs()  # in binding order
-        cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
-        batch = src_ids.shape[0]
-        empty = self.empty_cache(batch, _numpy_dtype(cross_k[0]))
-        src_mask = self.to_device(src_ids != self.pad_id)
-        return OrtBoundState(cross_k, cross_v, src_mask, empty, empty, np.arange(batch))
-
-    def _decoded(  # type: ignore[override]
-        self, state: OrtBoundState, input_ids: np.ndarray, heads: tuple[str, ...]
-    ) -> tuple[list[np.ndarray], OrtBoundState]:
-        """`step` and `step_top` (OrtStep's): input_ids int64 (B, N) -> outputs `heads` on
-        the host (the logits or the search's outputs: only those leave the device) and the
-        extended state, whose cache stays on the device."""
-        binding = self.decoder.io_binding()
-        binding.bind_cpu_input(C.INPUT_IDS, np.ascontiguousarray(input_ids, dtype=np.int64))
-        binding.bind_ortvalue_input(C.SRC_MASK, state.src_mask)
-        for family, values in (
-            (C.PAST_K, state.past_k),
-            (C.PAST_V, state.past_v),
-            (C.CROSS_K, state.cross_k),
-            (C.CROSS_V, state.cross_v),
-        ):
-            for name, value in zip(self.names[family], values, strict=True):
-                bind_input(binding, name, value)
-        for name in heads:
-            binding.bind_output(name, "cpu")  # what the search reads, on the host
-        for name in self.decoder_outputs[1:]:
-            binding.bind_output(name, self.device_type, self.device_id)
-        self.decoder.run_with_iobinding(binding)
-        out = binding.get_outputs()  # in binding order
-        layers, first = self.layers, len(heads)
-        past_k, past_v = tuple(out[first : first + layers]), tuple(out[first + layers :])
-        new_state = OrtBoundState(
-            state.cross_k, state.cross_v, state.src_mask, past_k, past_v, state.source_rows
-        )
-        return [value.numpy() for value in out[:first]], new_state
-
-    def select(self, state: OrtBoundState, rows: np.ndarray) -> OrtBoundState:  # type: ignore[override]
-        """Gather batch rows (int64 (B',), may repeat) on the device. Beam reordering within
-        each input keeps the cross K/V and mask as they are (see `OrtStep.select`)."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if np.array_equal(rows, np.arange(state.batch)):
-            return state
-        source_rows = state.source_rows[rows]
-        cross_k, cross_v, src_mask = state.cross_k, state.cross_v, state.src_mask
-        if not np.array_equal(source_rows, state.source_rows):
-            *cross, src_mask = self.rows.gather([*cross_k, *cross_v, src_mask], rows)
-            cross_k, cross_v = tuple(cross[: self.layers]), tuple(cross[self.layers :])
-        if state.past_len == 0:  # the empty cache stays on the host (see OrtBoundState)
-            empty = self.empty_cache(len(rows), _numpy_dtype(cross_k[0]))
-            return OrtBoundState(cross_k, cross_v, src_mask, empty, empty, source_rows)
-        past = self.rows.gather([*state.past_k, *state.past_v], rows)  # type: ignore[list-item]
-        past_k, past_v = tuple(past[: self.layers]), tuple(past[self.layers :])
-        return OrtBoundState(cross_k, cross_v, src_mask, past_k, past_v, source_rows)
-
-
-ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-
-
-def _numpy_dtype(value: ort.OrtValue) -> type:
-    """numpy dtype of a float OrtValue (float32 or float16)."""
-    return ORT_TO_NUMPY.get(value.data_type(), np.float32)
+from .in_place_device import InPlaceDeviceStep, runs_on_cuda
+from .ort_step import OrtStep
 
 
 class Seq2SeqGenerator(Generator):
     """An encoder–decoder bundle: the two graphs stepped from Python, or the one-graph
-    search variant where `search` allows it (`Generator.uses_graph`). On the CPU, beam search
-    on the loop runs the in-place cache decoder when the bundle has one for the variant
-    (runtime/kinds/in_place.py); greedy search and sampling run decoder.onnx. Both extra
-    graphs are opened on first use (runtime/lazy.py): a server that never runs beam search
-    never loads the in-place decoder."""
+    search variant where `search` allows it (`Generator.uses_graph`). Beam search on the loop
+    runs the in-place cache decoder when the bundle has one for the variant: on the CPU with
+    numpy buffers (runtime/kinds/in_place.py), on CUDA with its buffers on the GPU
+    (runtime/kinds/in_place_device.py; heads of 32, 64 or 128 values only, else decoder.onnx);
+    greedy search and sampling run decoder.onnx. Both extra graphs are opened on first use
+    (runtime/lazy.py): a server that never runs beam search never loads the in-place
+    decoder."""
 
-    _in_place: Lazy[InPlaceStep] | None = None  # the in-place cache step model's opener
+    # the in-place cache step model's opener
+    _in_place: Lazy[InPlaceStep | InPlaceDeviceStep] | None = None
 
     @property
-    def in_place(self) -> InPlaceStep | None:
+    def in_place(self) -> InPlaceStep | InPlaceDeviceStep | None:
         """The in-place cache step model (opened now if this is its first use), or None."""
         return None if self._in_place is None else self._in_place.get()
 
@@ -225,9 +101,25 @@ class Seq2SeqGenerator(Generator):
             graph.get()  # insisted on: a graph that cannot run is refused at load
         generator = cls(bundle, step, device, graph, search)
         open_in_place = opener(IN_PLACE.key)
-        if device == "cpu" and open_in_place is not None:
-            generator._in_place = Lazy(lambda: InPlaceStep(encoder, open_in_place(), bundle.config))
+        if open_in_place is not None:
+            generator._in_place = _in_place_opener(encoder, open_in_place, bundle.config, device)
         return generator
+
+
+def _in_place_opener(
+    encoder: ort.InferenceSession,
+    open_decoder: Callable[[], ort.InferenceSession],
+    config: ModelConfig,
+    device: str,
+) -> Lazy[InPlaceStep | InPlaceDeviceStep] | None:
+    """The in-place cache step model for `device`, made on first use: numpy buffers on the
+    CPU (faster there), device buffers on CUDA where its kernel takes the model's heads;
+    None where it does not run."""
+    if device == "cpu":
+        return Lazy(lambda: InPlaceStep(encoder, open_decoder(), config))
+    if device == "cuda" and runs_on_cuda(config):
+        return Lazy(lambda: InPlaceDeviceStep(encoder, open_decoder(), config, "cuda"))
+    return None
 
 
 GENERATOR = Seq2SeqGenerator
