@@ -27,7 +27,9 @@ from pathlib import Path
 from typing import Literal
 
 import onnx
+import onnx_ir as ir
 from google.protobuf.message import EncodeError
+from onnx.external_data_helper import set_external_data, uses_external_data
 
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.external_data import data_file_name
@@ -108,14 +110,71 @@ def _too_large(path: Path, exc: Exception) -> GraphSizeError:
     )
 
 
+def ir_weight_bytes(model: ir.Model) -> int:
+    """Bytes of the initializers of the exporter's in-memory `model` (onnx_ir), subgraphs'
+    included: what `weight_bytes` counts once it is a protobuf message."""
+    return sum(
+        value.const_value.nbytes
+        for graph in (model.graph, *model.graph.subgraphs())
+        for value in graph.initializers.values()
+        if value.const_value is not None
+    )
+
+
+def stream_weights(model: ir.Model, path: str | Path) -> onnx.ModelProto:
+    """Write the weights of the exporter's in-memory `model` straight to `data_file(path)`
+    (tensors from SMALL_TENSOR_BYTES; read from PyTorch's memory, never copied into a
+    protobuf message, which for an NLLB-200-sized graph would be one more copy of its 1 GB
+    embedding) and return the graph as a message whose initializers point there, for
+    `save_graph` to finish once it is edited."""
+    path = Path(path)
+    data = data_file(path)
+    data.unlink(missing_ok=True)
+    ir.save(model, path, external_data=data.name, size_threshold_bytes=SMALL_TENSOR_BYTES)
+    return onnx.load(str(path), load_external_data=False)
+
+
+def external_location(tensor: onnx.TensorProto) -> str | None:
+    """The `location` of an external tensor's data (None when it has none)."""
+    return next((e.value for e in tensor.external_data if e.key == "location"), None)
+
+
+def _written_already(model: onnx.ModelProto, data: Path) -> bool:
+    """Whether `model`'s weights were written to `data` by `stream_weights`: it has external
+    tensors, and every one names that file."""
+    tensors = [t for t in _tensors(model.graph) if uses_external_data(t)]
+    return bool(tensors) and {external_location(t) for t in tensors} == {data.name}
+
+
+def _append_large_tensors(model: onnx.ModelProto, data: Path) -> None:
+    """Move the embedded tensors of SMALL_TENSOR_BYTES or more (added after `stream_weights`,
+    e.g. by a graph edit) to the end of `data`, so that only small ones stay in the graph."""
+    with data.open("ab") as out:
+        for tensor in _tensors(model.graph):
+            if uses_external_data(tensor) or len(tensor.raw_data) < SMALL_TENSOR_BYTES:
+                continue
+            offset = out.tell()
+            out.write(tensor.raw_data)
+            set_external_data(tensor, data.name, offset, len(tensor.raw_data))
+            tensor.ClearField("raw_data")
+            tensor.data_location = onnx.TensorProto.EXTERNAL
+
+
 def save_graph(model: onnx.ModelProto, path: str | Path, *, check: Check = "none") -> None:
     """Save `model` at `path`, its weights in `data_file(path)` when `weight_bytes` reaches
     `external_data_threshold()` (they then move out of `model`, which keeps only their
-    locations); `check` runs onnx's checker first ("basic") or with shape inference
-    ("full"), on the saved file for a graph with external data. GraphSizeError when protobuf
-    cannot serialise it."""
+    locations; a message from `stream_weights` has them there already); `check` runs onnx's
+    checker first ("basic") or with shape inference ("full"), on the saved file for a graph
+    with external data. GraphSizeError when protobuf cannot serialise it."""
     path = Path(path)
     data = data_file(path)
+    if _written_already(model, data):
+        _append_large_tensors(model, data)
+        onnx.save_model(model, str(path), save_as_external_data=False)
+        data.chmod(path.stat().st_mode & 0o777)
+        if check != "none":
+            onnx.checker.check_model(str(path), full_check=check == "full")
+        return
     data.unlink(missing_ok=True)  # onnx appends to an existing data file
     try:
         if weight_bytes(model) < external_data_threshold():

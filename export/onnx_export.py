@@ -32,7 +32,15 @@ from onnx.external_data_helper import uses_external_data
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import EdgeseqError
 
-from .external_data import graph_bytes, save_graph
+from .external_data import (
+    data_file,
+    external_data_threshold,
+    external_location,
+    graph_bytes,
+    ir_weight_bytes,
+    save_graph,
+    stream_weights,
+)
 from .fused_ops import TRANSLATIONS
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
@@ -117,14 +125,20 @@ def _export(
     output_names: tuple[str, ...],
     opset: int | None,
     graph: str = "model",
+    path: Path | None = None,
 ) -> onnx.ModelProto:
-    """Run the dynamo exporter quietly and return the in-memory model (weights embedded).
-    The fused wrappers' attention ops are translated by `fused_ops.TRANSLATIONS`. ExportError
-    when the exporter fails (an operation or layout it cannot translate) or memory runs out."""
+    """Run the dynamo exporter quietly and return the model: its weights embedded, or, with
+    `path`, when they reach the external data threshold, already written to `path`'s data
+    file (`stream_weights`) and referenced from there. The fused wrappers' attention ops are
+    translated by `fused_ops.TRANSLATIONS`. ExportError when the exporter fails (an operation
+    or layout it cannot translate) or memory runs out."""
     if opset is not None and opset < MIN_OPSET:
         raise ExportError(f"opset {opset} is too old; use --opset {MIN_OPSET} or newer")
     try:
-        return _run_exporter(module, args, dynamic_shapes, input_names, output_names, opset)
+        program = _run_exporter(module, args, dynamic_shapes, input_names, output_names, opset)
+        if path is not None and ir_weight_bytes(program.model) >= external_data_threshold():
+            return stream_weights(program.model, path)
+        return program.model_proto
     except MemoryError:
         params = sum(p.numel() * p.element_size() for p in module.parameters())
         raise ExportError(
@@ -149,7 +163,7 @@ def _run_exporter(
     input_names: tuple[str, ...],
     output_names: tuple[str, ...],
     opset: int | None,
-) -> onnx.ModelProto:
+) -> torch.onnx.ONNXProgram:
     with quiet_exporter(), torch.no_grad():
         program = torch.onnx.export(
             module.eval(),
@@ -162,7 +176,7 @@ def _run_exporter(
             optimize=True,
             custom_translation_table=TRANSLATIONS,
         )
-        return program.model_proto
+        return program
 
 
 def value_info(values: Any) -> list[dict[str, Any]]:
@@ -197,7 +211,12 @@ def finish_graph(
             f"{graph} graph has inputs {got_in} and outputs {got_out}; the bundle contract "
             f"(runtime/constants.py) needs {input_names} and {output_names}"
         )
-    external = [t.name for t in proto.graph.initializer if uses_external_data(t)]
+    own = data_file(path).name  # where stream_weights wrote the weights, if it did
+    external = [
+        t.name
+        for t in proto.graph.initializer
+        if uses_external_data(t) and external_location(t) != own
+    ]
     if external:
         raise ExportError(f"{graph} graph keeps weights in external files: {external[:3]}")
     strip_stack_traces(proto.graph)
@@ -236,7 +255,7 @@ def export_module(
     the exported graph in place first; outputs it appends follow `names`' (the search's
     outputs: export/top_outputs.py)."""
     start = time.perf_counter()
-    proto = _export(module, args, dynamic_shapes, *names, opset, graph)
+    proto = _export(module, args, dynamic_shapes, *names, opset, graph, Path(path))
     output_names = names[1]
     if edit is not None:
         edit(proto)

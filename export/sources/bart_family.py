@@ -31,7 +31,7 @@ from edgeseq.runtime.tokenizer import TokenizerPair
 
 from . import SourceError, SourceModel
 from .generation_config import parity_generate_kwargs, read_generation
-from .hf_checkpoint import check_stacks, read_typed_config, weights_file
+from .hf_checkpoint import check_stacks, check_written, empty_model, read_typed_config, weights_file
 from .marian import DECODER_MAP, ENCODER_MAP
 
 ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "gelu_new": "gelu-tanh"}
@@ -125,16 +125,20 @@ def fill_model(
     and the output bias (`final_logits_bias`)."""
     vocab = config["vocab_size"]
     table = weights.take_table(vocab)
-    rows = source_rows(vocab)
-    model = Seq2SeqTransformer(cfg)
+    model = empty_model(cfg)  # the stacks share the source's one table
     params = dict(model.named_parameters())
     norms = {"norm": "layer_norm"} if cfg.has_final_norm else {}
     norms |= {"embed_norm": "layernorm_embedding"} if cfg.embedding_norm else {}
+    written = {"src_embed.weight"}
+
+    def put(name: str, value: Tensor) -> None:
+        params[name].copy_(value)
+        written.add(name)
+
     with torch.no_grad():
-        params["src_embed.weight"].copy_(table[rows])
-        params["tgt_embed.weight"].copy_(table[rows])
-        params["src_pos.table"].copy_(positions[0])
-        params["tgt_pos.table"].copy_(positions[1])
+        torch.index_select(table, 0, source_rows(vocab), out=params["src_embed.weight"])
+        put("src_pos.table", positions[0])
+        put("tgt_pos.table", positions[1])
         for side, short, layers, mapping in (
             ("encoder", "src", cfg.n_encoder_layers, ENCODER_MAP),
             ("decoder", "tgt", cfg.n_decoder_layers, DECODER_MAP),
@@ -143,15 +147,16 @@ def fill_model(
                 for ours, theirs in mapping.items():
                     for kind in ("weight", "bias"):
                         value = weights.take(f"model.{side}.layers.{i}.{theirs}.{kind}")
-                        params[f"{side}_layers.{i}.{ours}.{kind}"].copy_(value)
+                        put(f"{side}_layers.{i}.{ours}.{kind}", value)
             for ours, theirs in norms.items():
                 name = f"{side}_{ours}" if ours == "norm" else f"{short}_{ours}"
                 for kind in ("weight", "bias"):
-                    params[f"{name}.{kind}"].copy_(weights.take(f"model.{side}.{theirs}.{kind}"))
+                    put(f"{name}.{kind}", weights.take(f"model.{side}.{theirs}.{kind}"))
         if not cfg.tie_output:  # tied: the target embedding is the output projection
-            params["output.weight"].copy_(weights.take("lm_head.weight")[rows])
+            put("output.weight", weights.take("lm_head.weight")[source_rows(vocab)])
         if cfg.has_output_bias:
-            params["output.bias"].copy_(weights.take("final_logits_bias").reshape(-1)[rows])
+            put("output.bias", weights.take("final_logits_bias").reshape(-1)[source_rows(vocab)])
+    check_written(model, written)
     return model.eval()
 
 

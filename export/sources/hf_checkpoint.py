@@ -8,6 +8,7 @@ their checks, the weights file.
     ModelConfig(**stack_fields(config), ...)                   # d_model, heads, layers, ...
     state = read_weights(path)                                 # model.safetensors or .bin
     weights = SourceWeights(state, "T5")                       # take by name, check all used
+    model = empty_model(cfg)                                   # one table for both stacks
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from edgeseq.build_model.model import Seq2SeqTransformer
+from edgeseq.runtime.config import ModelConfig
 
 from . import ADAPTERS, SourceError
 
@@ -132,3 +136,25 @@ class SourceWeights:
                 )
             if not torch.equal(self.state[key], self.state[aliases[key]]):
                 raise SourceError(f"the weights' {key} differs from {aliases[key]}")
+
+
+def empty_model(cfg: ModelConfig) -> Seq2SeqTransformer:
+    """A Seq2SeqTransformer of `cfg` whose parameters are allocated but not initialised, the
+    target embedding (and a tied output projection) the same Parameter as the source
+    embedding: for a checkpoint whose stacks share one token table, which the caller writes
+    with every other parameter (`check_written`). Nothing is drawn at random and a
+    vocabulary-sized table is held once, not three times: an NLLB-200-sized table is 1 GB."""
+    with torch.device("meta"):
+        model = Seq2SeqTransformer(cfg).to_empty(device="cpu")  # memory not touched yet
+    model.tgt_embed.weight = model.src_embed.weight  # tied after to_empty, which unties
+    if cfg.tie_output:
+        model.output.weight = model.src_embed.weight
+    return model
+
+
+def check_written(model: torch.nn.Module, written: Iterable[str]) -> None:
+    """Internal check of an `empty_model`'s filling: every parameter was written (its memory
+    holds no uninitialised values) and the model has no buffer (`to_empty` left them so)."""
+    missing = sorted({name for name, _ in model.named_parameters()} - set(written))
+    buffers = [name for name, _ in model.named_buffers()]
+    assert not missing and not buffers, (missing, buffers)
