@@ -127,9 +127,9 @@ MODEL_FILE = "model.onnx"
 GENAI_CONFIG_FILE = "genai_config.json"  # onnxruntime-genai's description of a GPT bundle
 ATTENTION_MASK = "attention_mask"  # int64, 1 = real token: GPT [batch, total_sequence_length]
 POSITION_IDS = "position_ids"  # GPT: int64 [batch, sequence_length], rows of the table
-PAST_KEY = "past_key_values.%d.key"  # GPT: float32 [batch, n_heads, past_sequence_length, d_head]
+PAST_KEY = "past_key_values.%d.key"  # GPT: float [batch, n_heads, past_sequence_length, d_head]
 PAST_VALUE = "past_key_values.%d.value"
-PRESENT_KEY = "present.%d.key"  # GPT: float32 [batch, n_heads, total_sequence_length, d_head]
+PRESENT_KEY = "present.%d.key"  # GPT: float [batch, n_heads, total_sequence_length, d_head]
 PRESENT_VALUE = "present.%d.value"
 LAST_HIDDEN_STATE = "last_hidden_state"  # BERT: float32 [batch, sequence_length, d_model]
 # `input_ids` (INPUT_IDS) is int64 [batch, sequence_length] in both; `logits` (LOGITS) is
@@ -147,6 +147,13 @@ def past_names(n_layers: int) -> tuple[str, ...]:
 def present_names(n_layers: int) -> tuple[str, ...]:
     """present.0.key, present.0.value, present.1.key, ..."""
     return tuple(name % i for i in range(n_layers) for name in (PRESENT_KEY, PRESENT_VALUE))
+
+
+def is_cache(name: str) -> bool:
+    """Whether graph input or output `name` is part of a decoder's cache (float16 in fp16
+    graphs, float32 otherwise): the encoder–decoder's cross_k/v, past_k/v and present_k/v
+    families, GPT's past_key_values.* and present.*."""
+    return family(name) in KV_FAMILIES or name.startswith(("past_key_values.", "present."))
 
 
 def gpt_inputs(n_layers: int) -> tuple[str, ...]:
