@@ -37,6 +37,7 @@ from edgeseq.runtime.atomic import atomic_directory
 from edgeseq.runtime.bundle import Bundle
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.constants import SPECIAL_TOKENS
+from edgeseq.runtime.kinds.ort_step import ORT_TO_NUMPY
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.providers import session_options
 from edgeseq.runtime.tokenizer import TokenizerPair
@@ -73,9 +74,17 @@ def kind(model: OneGraphModel) -> ModuleType:
 
 
 def session_run(session: ort.InferenceSession) -> Run:
-    """An onnxruntime session as a `Run` (outputs in graph order)."""
+    """An onnxruntime session as a `Run` (outputs in graph order) whose float feeds are cast
+    to the element types the graph declares: float32 arrays feed an fp16 graph's float16
+    cache (GPT's `past_key_values.*`) as they feed the fp32 graph."""
     names = [o.name for o in session.get_outputs()]
-    return lambda feeds: session.run(names, feeds)
+    floats = {a.name: ORT_TO_NUMPY[a.type] for a in session.get_inputs() if a.type in ORT_TO_NUMPY}
+
+    def run(feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        cast = {k: v.astype(floats[k], copy=False) if k in floats else v for k, v in feeds.items()}
+        return session.run(names, cast)
+
+    return run
 
 
 def random_ids(cfg: ModelConfig, batch: int, length: int) -> Tensor:

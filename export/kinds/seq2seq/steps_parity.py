@@ -69,7 +69,7 @@ def staggered_logits(
     feeds |= dict(zip(engine.names[C.CROSS_V], out[layers:], strict=True))
     feeds[C.SRC_MASK] = src_ids != engine.pad_id
     cfg = engine.config
-    past = [np.zeros((rows, cfg.n_heads, 0, cfg.d_head), np.float32)] * (2 * layers)
+    past = [np.zeros((rows, cfg.n_heads, 0, cfg.d_head), engine.cache_dtype)] * (2 * layers)
     past_names = [*engine.names[C.PAST_K], *engine.names[C.PAST_V]]
     got: list[list[np.ndarray]] = [[] for _ in range(rows)]
     for t in range(max(j + len(f) for j, f in zip(join, fed, strict=True))):
