@@ -173,7 +173,11 @@ BERT_OUTPUTS = (LAST_HIDDEN_STATE, LOGITS)
 # Step-batching variant (optional, `--variants ...,steps`; docs/bundle.md): another decoder-step
 # graph with the inputs of `decoder.onnx` plus per-row positions and a self-attention key
 # mask, so that the rows of one batch can be at different positions (continuous batching).
-STEPS_FILES = {"fp32": "decoder.steps.onnx", "int8": "decoder.steps.int8.onnx"}
+STEPS_FILES = {
+    "fp32": "decoder.steps.onnx",
+    "int8": "decoder.steps.int8.onnx",
+    "fp16": "decoder.steps.fp16.onnx",
+}
 TGT_MASK = "tgt_mask"  # bool [batch, past_len + new_len], True at cache slots a row may attend to
 STEPS_TOTAL_LEN = f"{PAST_LEN} + {NEW_LEN}"  # the mask's axis, as decoder.onnx names `present_*`'s
 # POSITION_IDS: int64 [batch, new_len], the positional table rows of the new tokens
@@ -188,7 +192,11 @@ def steps_decoder_inputs(n_layers: int) -> tuple[str, ...]:
 # graph for one new token per row whose self-attention cache is a preallocated buffer bound as
 # both past_k.i and present_k.i (a com.microsoft DecoderMaskedMultiHeadAttention node writes
 # the new key and value at past_length), and whose beam reordering is a cache indirection.
-IN_PLACE_FILES = {"fp32": "decoder.inplace.onnx", "int8": "decoder.inplace.int8.onnx"}
+IN_PLACE_FILES = {
+    "fp32": "decoder.inplace.onnx",
+    "int8": "decoder.inplace.int8.onnx",
+    "fp16": "decoder.inplace.fp16.onnx",
+}
 CACHE_LEN = "cache_len"  # the buffers' position axis (>= past_len + 1)
 CACHE_MASK = "cache_mask"  # int32 [batch, attended_len], 1 at the slots a row may attend to
 PAST_LENGTH = "past_length"  # int32 [1]: positions already in the buffers (the new token's)

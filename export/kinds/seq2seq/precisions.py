@@ -12,7 +12,7 @@ the gate: int8 is then quantized again with whole layer groups kept in fp32, one
 per round, keeping the group whose exclusion helps most, until it passes (greedy forward
 search); when nothing passes, or another variant fails, `GateError` carries the table of
 what was tried. The extra graphs of a precision (the steps and in-place decoders) are
-quantized as its decoder was (`quantize_like_int8`, `add_precisions`).
+quantized or converted as its decoder was (`quantize_like_int8`, `add_precisions`).
 """
 
 from __future__ import annotations
@@ -374,8 +374,9 @@ def add_precisions(
     say: Progress,
 ) -> list[str]:
     """For an extra decoder whose fp32 graph `files["fp32"]` is written: quantize its int8
-    graph when `table` has int8 (`quantize_like_int8`), add each precision's file entry to
-    `entry`; return the precisions."""
+    graph when `table` has int8 (`quantize_like_int8`), convert its fp16 graph when `table`
+    has fp16 (with the operators the fp16 decoder kept in float32), add each precision's file
+    entry to `entry`; return the precisions."""
     precisions = [p for p in files if p in table]
     for precision in precisions:
         path = directory / files[precision]
@@ -383,6 +384,12 @@ def add_precisions(
             quantize_like_int8(directory / files["fp32"], path, table["int8"])
             megabytes = path.stat().st_size / 1e6
             say(f"  {path.name}: {megabytes:.2f} MB (quantized as the int8 decoder)")
+        elif precision == "fp16":
+            fp32_ops = table["fp16"]["fp16"]["fp32_ops"]
+            convert_fp16(directory / files["fp32"], path, fp32_ops)
+            check_loads([path], "fp16")
+            megabytes = path.stat().st_size / 1e6
+            say(f"  {path.name}: {megabytes:.2f} MB (converted as the fp16 decoder)")
         entry[precision] = {
             "file": path.name,
             "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for
