@@ -176,6 +176,7 @@ def test_gpt_fp16_bound_step_equals_the_numpy_path(gpt_case, tmp_path) -> None:
 
 # -- the reversal model with fp16, steps and inplace ------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def fp16_bundle(runtime_model, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """conftest.py's reversal model exported with fp32, fp16, steps and inplace (parity and
