@@ -15,7 +15,8 @@ int8 and fp16 variants (converted as the encoder–decoder's: export/quantize.py
 export/convert.py) must load on onnxruntime's CPU provider and are gated like the
 encoder–decoder's: greedy outputs (GPT) or predicted labels (BERT) on the same inputs, the
 task metric (exact match) against the references, at most `max_metric_drop` points below
-fp32; a miss raises `GateError` (no layer-exclusion search).
+fp32; a miss raises `GateError` (no layer-exclusion search; fp16 first converts again with
+LayerNormalization and Softmax in float32 and gates that: `fp16_entry`).
 """
 
 from __future__ import annotations
