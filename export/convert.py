@@ -4,17 +4,22 @@
     convert_ort(["b/encoder.onnx", "b/decoder.onnx"], "b")           # *.ort + config
 
 **fp16** uses the converter shipped with onnxruntime (`onnxruntime.transformers.float16`,
-the same code as onnxconverter-common's, so no extra dependency): weights and activations
-become float16, while
+the same code as onnxconverter-common's, so no extra dependency): weights, activations and
+the cache become float16, while
 
-- the graph inputs and outputs keep their types (`keep_io_types`): the decoder still takes
-  and returns a float32 cache, so the runtime feeds every variant the same way; Casts at the
-  graph boundary convert;
-- `Softmax`, `LayerNormalization` (numerically sensitive: exponent and variance), the
-  output projection computing `logits` and the nodes computing the search's outputs from
+- the graph inputs and outputs other than the cache keep their types (`fp32_io_names`):
+  the cache (the encoder's `cross_k.i`/`cross_v.i`, the decoder's `past_*`, `present_*` and
+  `cross_*`, GPT's `past_key_values.*`/`present.*`) is float16, so that on a GPU the cache
+  stays float16 from step to step with no Cast at the graph boundary; `logits`, `memory`,
+  BERT's `last_hidden_state` and the search's outputs stay float32, with one Cast each;
+- the output projection computing `logits` and the nodes computing the search's outputs from
   them (`topk_ids`, `topk_logits`, `log_normalizer`: export/top_outputs.py) stay float32,
   with Casts around them; where one float32 node reads another's output it reads it
-  unrounded (`skip_cast_round_trips`), so the logits and the top-k are float32 values.
+  unrounded (`skip_cast_round_trips`), so the logits and the top-k are float32 values;
+- `Softmax` and `LayerNormalization` are float16 by default (onnxruntime's CUDA kernels
+  accumulate in float32); `fp32_ops=FP16_KEPT_OPS` keeps them in float32 with Casts around
+  them, the fallback when a float16 graph misses its accuracy gate (the precision modules
+  convert again and gate that; the manifest's fp16 entry records `fp32_ops`).
 
 The converter inserts one Cast per float32 node reading a float16 tensor, named after the
 tensor: a tensor that several such nodes read (an initializer the exporter shares between
@@ -50,7 +55,9 @@ from edgeseq.runtime.providers import gpu_present
 from .external_data import data_file, has_external_data, load_graph, save_graph
 from .quantize import logits_nodes
 
-FP16_KEPT_OPS = ("Softmax", "LayerNormalization")
+FP16_KEPT_OPS = ("Softmax", "LayerNormalization")  # the fallback's float32 ops
+# The float32 operator types of each fp16 conversion a gate tries, in order.
+FP16_ATTEMPTS: tuple[tuple[str, ...], ...] = ((), FP16_KEPT_OPS)
 SUBGRAPHS = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)  # If, Loop, Scan bodies
 REQUIRED_OPERATORS_FILE = "required_operators.config"
 FP16_CPU_NOTE = (
@@ -59,11 +66,12 @@ FP16_CPU_NOTE = (
 )
 
 
-def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
-    """Write the float16 version of graph `source` to `target` (float32 inputs and outputs
-    kept); return the names of the nodes kept in float32 by name: the logits projection and
-    the nodes computing the search's outputs from the logits (export/top_outputs.py), so
-    that TopK ranks the float32 logits as in the float32 graph."""
+def convert_fp16(source: str | Path, target: str | Path, fp32_ops: Sequence[str] = ()) -> list[str]:
+    """Write the float16 version of graph `source` to `target`: float16 cache inputs and
+    outputs, the others as they were (`fp32_io_names`); operator types `fp32_ops` (e.g.
+    `FP16_KEPT_OPS`) kept in float32. Return the names of the nodes kept in float32 by name:
+    the logits projection and the nodes computing the search's outputs from the logits
+    (export/top_outputs.py), so that TopK ranks the float32 logits as in the float32 graph."""
     from onnxruntime.transformers.float16 import DEFAULT_OP_BLOCK_LIST, convert_float_to_float16
 
     model = load_graph(source)
@@ -71,14 +79,26 @@ def convert_fp16(source: str | Path, target: str | Path) -> list[str]:
     kept_nodes = sorted(logits_nodes(model) | top)
     converted = convert_float_to_float16(
         model,
-        keep_io_types=True,
-        op_block_list=[*DEFAULT_OP_BLOCK_LIST, *FP16_KEPT_OPS],
+        keep_io_types=fp32_io_names(model.graph),
+        op_block_list=[*DEFAULT_OP_BLOCK_LIST, *fp32_ops],
         node_block_list=kept_nodes,
     )
     merge_duplicate_casts(converted.graph)
     skip_cast_round_trips(converted.graph)
     save_graph(converted, target)
     return kept_nodes
+
+
+def fp32_io_names(graph: onnx.GraphProto) -> list[str]:
+    """The inputs and outputs of `graph` that stay as they are in its float16 version: all
+    but the cache (`C.is_cache`)."""
+    names = [value.name for value in (*graph.input, *graph.output)]
+    return [name for name in names if not C.is_cache(name)]
+
+
+def fp16_ops(fp32_ops: Sequence[str]) -> str:
+    """Words for an fp16 conversion's float32 operator types, for progress lines."""
+    return f"{', '.join(fp32_ops)} in float32" if fp32_ops else "every operator in float16"
 
 
 def merge_duplicate_casts(graph: onnx.GraphProto) -> int:

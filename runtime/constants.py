@@ -127,9 +127,9 @@ MODEL_FILE = "model.onnx"
 GENAI_CONFIG_FILE = "genai_config.json"  # onnxruntime-genai's description of a GPT bundle
 ATTENTION_MASK = "attention_mask"  # int64, 1 = real token: GPT [batch, total_sequence_length]
 POSITION_IDS = "position_ids"  # GPT: int64 [batch, sequence_length], rows of the table
-PAST_KEY = "past_key_values.%d.key"  # GPT: float32 [batch, n_heads, past_sequence_length, d_head]
+PAST_KEY = "past_key_values.%d.key"  # GPT: float [batch, n_heads, past_sequence_length, d_head]
 PAST_VALUE = "past_key_values.%d.value"
-PRESENT_KEY = "present.%d.key"  # GPT: float32 [batch, n_heads, total_sequence_length, d_head]
+PRESENT_KEY = "present.%d.key"  # GPT: float [batch, n_heads, total_sequence_length, d_head]
 PRESENT_VALUE = "present.%d.value"
 LAST_HIDDEN_STATE = "last_hidden_state"  # BERT: float32 [batch, sequence_length, d_model]
 # `input_ids` (INPUT_IDS) is int64 [batch, sequence_length] in both; `logits` (LOGITS) is
@@ -149,6 +149,13 @@ def present_names(n_layers: int) -> tuple[str, ...]:
     return tuple(name % i for i in range(n_layers) for name in (PRESENT_KEY, PRESENT_VALUE))
 
 
+def is_cache(name: str) -> bool:
+    """Whether graph input or output `name` is part of a decoder's cache (float16 in fp16
+    graphs, float32 otherwise): the encoder–decoder's cross_k/v, past_k/v and present_k/v
+    families, GPT's past_key_values.* and present.*."""
+    return family(name) in KV_FAMILIES or name.startswith(("past_key_values.", "present."))
+
+
 def gpt_inputs(n_layers: int) -> tuple[str, ...]:
     """The GPT graph's inputs in order: ids, mask, positions, then each layer's key, value."""
     return (INPUT_IDS, ATTENTION_MASK, POSITION_IDS, *past_names(n_layers))
@@ -166,7 +173,11 @@ BERT_OUTPUTS = (LAST_HIDDEN_STATE, LOGITS)
 # Step-batching variant (optional, `--variants ...,steps`; docs/bundle.md): another decoder-step
 # graph with the inputs of `decoder.onnx` plus per-row positions and a self-attention key
 # mask, so that the rows of one batch can be at different positions (continuous batching).
-STEPS_FILES = {"fp32": "decoder.steps.onnx", "int8": "decoder.steps.int8.onnx"}
+STEPS_FILES = {
+    "fp32": "decoder.steps.onnx",
+    "int8": "decoder.steps.int8.onnx",
+    "fp16": "decoder.steps.fp16.onnx",
+}
 TGT_MASK = "tgt_mask"  # bool [batch, past_len + new_len], True at cache slots a row may attend to
 STEPS_TOTAL_LEN = f"{PAST_LEN} + {NEW_LEN}"  # the mask's axis, as decoder.onnx names `present_*`'s
 # POSITION_IDS: int64 [batch, new_len], the positional table rows of the new tokens
@@ -181,7 +192,11 @@ def steps_decoder_inputs(n_layers: int) -> tuple[str, ...]:
 # graph for one new token per row whose self-attention cache is a preallocated buffer bound as
 # both past_k.i and present_k.i (a com.microsoft DecoderMaskedMultiHeadAttention node writes
 # the new key and value at past_length), and whose beam reordering is a cache indirection.
-IN_PLACE_FILES = {"fp32": "decoder.inplace.onnx", "int8": "decoder.inplace.int8.onnx"}
+IN_PLACE_FILES = {
+    "fp32": "decoder.inplace.onnx",
+    "int8": "decoder.inplace.int8.onnx",
+    "fp16": "decoder.inplace.fp16.onnx",
+}
 CACHE_LEN = "cache_len"  # the buffers' position axis (>= past_len + 1)
 CACHE_MASK = "cache_mask"  # int32 [batch, attended_len], 1 at the slots a row may attend to
 PAST_LENGTH = "past_length"  # int32 [1]: positions already in the buffers (the new token's)

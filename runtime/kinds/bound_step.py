@@ -89,7 +89,7 @@ class OrtBoundStep(OrtStep):
         out = binding.get_outputs()  # in binding order
         cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
         batch = src_ids.shape[0]
-        empty = self.empty_cache(batch, _numpy_dtype(cross_k[0]))
+        empty = self.empty_cache(batch)
         src_mask = self.to_device(src_ids != self.pad_id)
         return OrtBoundState(cross_k, cross_v, src_mask, empty, empty, np.arange(batch))
 
@@ -135,16 +135,8 @@ class OrtBoundStep(OrtStep):
             *cross, src_mask = self.rows.gather([*cross_k, *cross_v, src_mask], rows)
             cross_k, cross_v = tuple(cross[: self.layers]), tuple(cross[self.layers :])
         if state.past_len == 0:  # the empty cache stays on the host (see OrtBoundState)
-            empty = self.empty_cache(len(rows), _numpy_dtype(cross_k[0]))
+            empty = self.empty_cache(len(rows))
             return OrtBoundState(cross_k, cross_v, src_mask, empty, empty, source_rows)
         past = self.rows.gather([*state.past_k, *state.past_v], rows)  # type: ignore[list-item]
         past_k, past_v = tuple(past[: self.layers]), tuple(past[self.layers :])
         return OrtBoundState(cross_k, cross_v, src_mask, past_k, past_v, source_rows)
-
-
-ORT_TO_NUMPY = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
-
-
-def _numpy_dtype(value: ort.OrtValue) -> type:
-    """numpy dtype of a float OrtValue (float32 or float16)."""
-    return ORT_TO_NUMPY.get(value.data_type(), np.float32)

@@ -197,14 +197,16 @@ class Lease:
         """Bytes of the buffers this lease holds."""
         return sum(a.nbytes for a in self._flats.values())
 
-    def take(self, shape: Sequence[int]) -> np.ndarray:
-        """`BufferPool.take`, remembered for the return."""
+    def take(self, shape: Sequence[int], dtype: type = np.float32) -> np.ndarray:
+        """`BufferPool.take`, remembered for the return; a `dtype` other than float32 (the
+        float16 cache of an fp16 bundle) is a view of a float32 buffer of as many bytes."""
         if self._owner is None:
             raise ValueError("this lease is closed: its generation has ended")
         size = int(np.prod(shape))
-        flat = self.pool.take_flat(size)
+        itemsize = np.dtype(dtype).itemsize
+        flat = self.pool.take_flat(-(-size * itemsize // 4))  # float32s holding the bytes
         self._flats[address(flat)] = flat
-        return flat[:size].reshape(shape)
+        return flat.view(dtype)[:size].reshape(shape)
 
     def give(self, arrays: Iterable[np.ndarray]) -> None:
         """Return the buffers of `arrays` (views from `take`) to the pool now. The caller

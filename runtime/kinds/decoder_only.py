@@ -34,15 +34,17 @@ from ..generator import Generator, OpenOptions
 from ..providers import open_session
 from ..results import Result, Source
 from ..search import GenerationOptions
+from .ort_step import input_dtype
 
 Cache = tuple[np.ndarray | ort.OrtValue, ...]  # one (B, H, P, dh) tensor per layer
 
 
 @dataclass(frozen=True)
 class GPTState:
-    """The cache (L keys then L values, each float32 (B, H, P, dh): numpy arrays, or
-    OrtValues on the device for `OrtBoundGPTStep`), its mask int64 (B, P), each row's next
-    position int64 (B,), and the prompt int64 (B, S) still to run (None once run)."""
+    """The cache (L keys then L values, each (B, H, P, dh) float32, or float16 in an fp16
+    bundle: numpy arrays, or OrtValues on the device for `OrtBoundGPTStep`), its mask int64
+    (B, P), each row's next position int64 (B,), and the prompt int64 (B, S) still to run
+    (None once run)."""
 
     past_k: Cache
     past_v: Cache
@@ -71,12 +73,13 @@ class OrtGPTStep:
         self.bos_id, self.eos_id, self.pad_id = config.bos_id, config.eos_id, config.pad_id
         self.layers = config.n_decoder_layers
         self.outputs = list(C.gpt_outputs(self.layers))
+        self.cache_dtype = input_dtype(session, C.PAST_KEY % 0)  # float16 in fp16 bundles
 
     def start(self, prompt_ids: np.ndarray) -> GPTState:
         """Remember right-padded prompts int64 (B, S) (S may be 0); the cache is empty."""
         prompt = np.asarray(prompt_ids, dtype=np.int64).reshape(len(prompt_ids), -1)
         batch, cfg = prompt.shape[0], self.config
-        empty = np.zeros((batch, cfg.n_heads, 0, cfg.d_head), dtype=np.float32)
+        empty = np.zeros((batch, cfg.n_heads, 0, cfg.d_head), dtype=self.cache_dtype)
         cache = (empty,) * self.layers
         mask = np.zeros((batch, 0), dtype=np.int64)
         return GPTState(cache, cache, mask, np.zeros(batch, dtype=np.int64), prompt)

@@ -119,9 +119,10 @@ class InPlaceStep(OrtStep):
         self.names[C.PRESENT_V] = C.layer_names(C.PRESENT_V, self.layers)
 
     def buffers(self, lease: Lease, rows: int, length: int) -> Layers:
-        """L buffers (rows, H, length, dh) float32 from the pool (contents undefined)."""
+        """L buffers (rows, H, length, dh) from the pool (contents undefined), in the
+        decoder's cache dtype (`cache_dtype`: float16 in an fp16 bundle)."""
         shape = (rows, self.config.n_heads, length, self.config.d_head)
-        return tuple(lease.take(shape) for _ in range(self.layers))
+        return tuple(lease.take(shape, self.cache_dtype) for _ in range(self.layers))
 
     def start(self, src_ids: np.ndarray) -> InPlaceState:  # type: ignore[override]
         """Wait for a generation slot, run the encoder on src_ids int64 (B, S); empty buffers
@@ -145,7 +146,7 @@ class InPlaceStep(OrtStep):
         length = min(self.max_len, 2 * state.cache_len)
         cache = []
         for old in (*state.cache_k, *state.cache_v):
-            new = state.lease.take((*old.shape[:2], length, old.shape[3]))
+            new = state.lease.take((*old.shape[:2], length, old.shape[3]), old.dtype)
             new[:, :, : state.past] = old[:, :, : state.past]
             cache.append(new)
         indirection = grown_indirection(state.indirection, state.past, length)
@@ -186,7 +187,7 @@ class InPlaceStep(OrtStep):
         if runs is not None:
             _compacted(array[:, :, :past], runs)  # a view: moves the rows inside `array`
             return array[: len(rows)]
-        new = lease.take((len(rows), *array.shape[1:]))
+        new = lease.take((len(rows), *array.shape[1:]), array.dtype)
         new[:, :, :past] = array[rows, :, :past]
         return new
 
@@ -300,7 +301,7 @@ class InPlaceStep(OrtStep):
         positions = np.arange(past)
         resolved = []
         for array in buffers:
-            new = state.lease.take((len(rows), *array.shape[1:]))
+            new = state.lease.take((len(rows), *array.shape[1:]), array.dtype)
             new[:, :, :past] = array[plan.held, :, positions].transpose(0, 2, 1, 3)
             resolved.append(new)
         return self._moved(outer, tuple(resolved), plan.width, plan.indirection, state, buffers)

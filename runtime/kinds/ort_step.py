@@ -4,9 +4,11 @@
     tokens = greedy_search(step_model, src_ids, max_new_tokens=50)
 
 `OrtStep` keeps the decoder state as numpy arrays; inputs and outputs are fed and read by name
-(`runtime/constants.py`), never by position. runtime/kinds/bound_step.py adds the IO-bound
-device variant, runtime/kinds/in_place.py and in_place_device.py the in-place cache (numpy and
-device buffers), runtime/kinds/seq2seq.py the generator.
+(`runtime/constants.py`), never by position. The cache is in the element type the graphs
+declare (`input_dtype`): float32, or float16 in an fp16 bundle, whose logits and search
+outputs stay float32 (docs/bundle.md). runtime/kinds/bound_step.py adds the IO-bound device
+variant, runtime/kinds/in_place.py and in_place_device.py the in-place cache (numpy and device
+buffers), runtime/kinds/seq2seq.py the generator.
 """
 
 from __future__ import annotations
@@ -19,9 +21,24 @@ import onnxruntime as ort
 
 from .. import constants as C
 from ..config import ModelConfig
+from ..errors import BundleError
 from ..providers import DISABLED_OPTIMIZERS
 
 Layers = tuple[np.ndarray, ...]  # one (B, H, T, dh) array per decoder layer
+# numpy dtypes of the float element types a cache may have (onnxruntime's type strings)
+ORT_TO_NUMPY: dict[str, type] = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+
+
+def input_dtype(session: ort.InferenceSession, name: str) -> type:
+    """numpy dtype of float input `name` of `session` (np.float32, or np.float16 for the cache
+    of an fp16 graph); BundleError when it has no such input or another element type."""
+    types = {arg.name: arg.type for arg in session.get_inputs()}
+    if types.get(name) not in ORT_TO_NUMPY:
+        raise BundleError(
+            f"the graph's input {name!r} is {types.get(name, 'missing')}, not tensor(float) or "
+            "tensor(float16); re-export the bundle"
+        )
+    return ORT_TO_NUMPY[types[name]]
 
 
 @dataclass
@@ -59,8 +76,9 @@ class OrtStep:
         # bos_id: the token search feeds first (config.start_id, <s> unless the model starts
         # from another token)
         self.bos_id, self.eos_id, self.pad_id = config.start_id, config.eos_id, config.pad_id
-        self.cache_dtype = np.float32
         layers = self.layers = config.n_decoder_layers
+        # float32, or float16 in an fp16 bundle (cross K/V and cache alike)
+        self.cache_dtype = input_dtype(decoder, C.layer_names(C.PAST_K, layers)[0])
         self.encoder_outputs = C.encoder_outputs(layers)
         self.decoder_outputs = C.decoder_outputs(layers)
         fed = (C.PAST_K, C.PAST_V, C.CROSS_K, C.CROSS_V)  # outputs: decoder_outputs
@@ -88,17 +106,18 @@ class OrtStep:
         )
         return cls(encoder, decoder, config)
 
-    def empty_cache(self, batch: int, dtype: type) -> Layers:
-        """An empty cache: L arrays (B, H, 0, dh) (one shared zero-size array)."""
+    def empty_cache(self, batch: int) -> Layers:
+        """An empty cache: L arrays (B, H, 0, dh) of `cache_dtype` (one shared zero-size
+        array)."""
         cfg = self.config
-        return (np.zeros((batch, cfg.n_heads, 0, cfg.d_head), dtype),) * self.layers
+        return (np.zeros((batch, cfg.n_heads, 0, cfg.d_head), self.cache_dtype),) * self.layers
 
     def start(self, src_ids: np.ndarray) -> OrtState:
         """Run the encoder on src_ids int64 (B, S); empty cache (B, H, 0, dh) per layer."""
         src_ids = np.ascontiguousarray(src_ids, dtype=np.int64)
         out = self.encoder.run(list(self.encoder_outputs[1:]), {C.SRC_IDS: src_ids})
         cross_k, cross_v = tuple(out[: self.layers]), tuple(out[self.layers :])
-        empty = self.empty_cache(src_ids.shape[0], cross_k[0].dtype)
+        empty = self.empty_cache(src_ids.shape[0])
         rows = np.arange(src_ids.shape[0])
         return OrtState(cross_k, cross_v, src_ids != self.pad_id, empty, empty, rows)
 

@@ -23,7 +23,8 @@ Where the cache lives: on the CPU the K/V are numpy arrays, written in place (`H
 on CUDA they are OrtValues on the GPU (`DeviceTensors`): the encoder and the steps graph
 write them there through IO binding, and joining, compacting and trimming are small graphs on
 the same provider (runtime/device_rows.py), so per step only the ids, positions, masks and
-logits cross the bus. The same code runs on the CPU provider in the tests.
+logits cross the bus. The same code runs on the CPU provider in the tests. The K/V are in the
+steps graph's cache dtype: float32, or float16 in an fp16 bundle (logits stay float32).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .. import constants as C
 from ..device_rows import DeviceRows, bind_input
 from ..generator import Generator
 from ..graph_variants import STEPS, open_graph_variant
+from ..kinds.ort_step import input_dtype
 from ..padding import right_pad
 
 Layers = list[Any]  # one (B, H, T, dh) tensor per decoder layer: numpy arrays or OrtValues
@@ -148,6 +150,7 @@ class StepsDecoder:
             *C.layer_names(C.PAST_V, self.layers),
         )
         self.outputs = list(C.decoder_outputs(self.layers))  # logits, present_k.*, present_v.*
+        self.cache_dtype = input_dtype(decoder, self.past_names[0])  # float16 in fp16 bundles
 
     @classmethod
     def open(cls, generator: Generator) -> StepsDecoder | None:
@@ -183,7 +186,7 @@ class LiveBatch:
         self.steps = steps
         self.tensors = tensors or steps.tensors()  # where the K/V live (module docstring)
         cfg = steps.config
-        empty = np.zeros((0, cfg.n_heads, 0, cfg.d_head), np.float32)
+        empty = np.zeros((0, cfg.n_heads, 0, cfg.d_head), steps.cache_dtype)
         if isinstance(self.tensors, DeviceTensors):
             empty = ort.OrtValue.ortvalue_from_numpy(empty, self.tensors.device_type)
         self.past_k: Layers = [empty] * steps.layers

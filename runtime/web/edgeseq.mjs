@@ -15,9 +15,10 @@
 // each tokenizer against the vocabulary fingerprint the manifest and graphs record, when the
 // page has WebCrypto (https or 127.0.0.1/localhost). Inputs and outputs are fed and read by
 // the names config.json lists, like runtime/kinds/seq2seq.py: encoder src_ids int64 [1, S] ->
-// memory and cross_k.i / cross_v.i float32 [1, H, S, Dh]; decoder input_ids int64 [1, 1],
-// past_k.i / past_v.i [1, H, P, Dh], cross K/V, src_mask bool [1, S] -> logits [1, 1, V] and
-// present_k.i / present_v.i [1, H, P + 1, Dh]. Greedy: arg-max, lowest id on ties, as
+// memory and cross_k.i / cross_v.i float32 (float16 in the fp16 variant) [1, H, S, Dh];
+// decoder input_ids int64 [1, 1], past_k.i / past_v.i [1, H, P, Dh] (the cross K/V's type),
+// cross K/V, src_mask bool [1, S] -> logits float32 [1, 1, V] and present_k.i / present_v.i
+// [1, H, P + 1, Dh]. Greedy: arg-max, lowest id on ties, as
 // runtime/search.py; one word at a time (batch 1). The search variant is one
 // com.microsoft.BeamSearch graph fed the inputs of docs/bundle.md ("The one-graph search
 // variant"); its hypotheses are re-ranked as runtime/graph_search.py re-ranks them.
@@ -272,7 +273,11 @@ export class Bundle {
         feeds[name] = enc[this.encoderOut[family][i].name];
       });
     }
-    const empty = new Tensor("float32", new Float32Array(0), [1, H, 0, dHead]);
+    // The cache is in the encoder's cross K/V type: float32, or float16 in an fp16 bundle
+    // (docs/bundle.md); the logits are float32 in both.
+    const cacheType = enc[this.encoderOut.cross_k[0].name].type;
+    const noValues = cacheType === "float16" ? new Uint16Array(0) : new Float32Array(0);
+    const empty = new Tensor(cacheType, noValues, [1, H, 0, dHead]);
     for (const family of ["past_k", "past_v"]) {
       for (const { name } of this.decoderIn[family]) feeds[name] = empty;
     }

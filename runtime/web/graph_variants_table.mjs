@@ -4,6 +4,6 @@
 
 export const GRAPH_VARIANTS = {
   search: ["fp32", "int8", "ort"],
-  steps: ["fp32", "int8"],
-  inplace: ["fp32", "int8"],
+  steps: ["fp32", "int8", "fp16"],
+  inplace: ["fp32", "int8", "fp16"],
 };

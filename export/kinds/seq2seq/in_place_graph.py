@@ -8,8 +8,9 @@ that the graph writes into, for the two-graph loop on the CPU.
 `decoder.onnx` returns a new `present_k.i` (the past plus the new key) every step, and beam
 search gathers every hypothesis' cache between steps. This graph (`decoder.inplace.onnx`,
 and `decoder.inplace.int8.onnx` when int8 is exported, quantized as `decoder.int8.onnx`
-was) takes one new token per row and a (batch, n_heads, cache_len, d_head) buffer per layer
-and family, bound with IO binding as both `past_k.i` and `present_k.i`: its
+was, `decoder.inplace.fp16.onnx` when fp16 is, converted as `decoder.fp16.onnx` was) takes
+one new token per row and a (batch, n_heads, cache_len, d_head) buffer per layer and family,
+bound with IO binding as both `past_k.i` and `present_k.i`: its
 `DecoderMaskedMultiHeadAttention` nodes write the new key and value at `past_length`, and
 read position t of row n * W + w from row n * W + cache_indirection[n, w, t] when
 `beam_width` W > 1, so reordering hypotheses is an update of that small int32 table

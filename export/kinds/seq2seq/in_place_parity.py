@@ -8,7 +8,7 @@ hypothesis returned) twice: on the precision's two-graph loop with `decoder.onnx
 the in-place decoder, whose hypotheses are reordered by cache indirection, whose finished
 inputs leave by moving rows inside the buffers and whose first step repeats each input's
 row. fp32 must give the same token ids for every hypothesis and scores within
-TOLERANCE_FP32; int8 is reported, not gated.
+TOLERANCE_FP32; int8 and fp16 are reported, not gated.
 """
 
 from __future__ import annotations

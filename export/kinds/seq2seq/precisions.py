@@ -12,7 +12,7 @@ the gate: int8 is then quantized again with whole layer groups kept in fp32, one
 per round, keeping the group whose exclusion helps most, until it passes (greedy forward
 search); when nothing passes, or another variant fails, `GateError` carries the table of
 what was tried. The extra graphs of a precision (the steps and in-place decoders) are
-quantized as its decoder was (`quantize_like_int8`, `add_precisions`).
+quantized or converted as its decoder was (`quantize_like_int8`, `add_precisions`).
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ from edgeseq.runtime.search_timing import BenchSpec, time_search
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from ...convert import (
+    FP16_ATTEMPTS,
     FP16_KEPT_OPS,
     REQUIRED_OPERATORS_FILE,
     check_loads,
     convert_fp16,
     convert_ort,
     fp16_note,
+    fp16_ops,
 )
 from ...gate import GateError, gate_numbers, gate_row, gate_summary, raise_if_missed
 from ...heldout import HeldOut
@@ -207,20 +209,34 @@ def build_int8(
 
 
 def build_fp16(
-    directory: Path, config: ModelConfig, ref: Reference | None, max_drop: float
+    directory: Path, config: ModelConfig, ref: Reference | None, max_drop: float, say: Progress
 ) -> dict[str, Any]:
-    """Convert both graphs to fp16 (GraphLoadError when onnxruntime cannot load one); with a
-    reference, gate them on the CPU provider."""
-    kept: list[str] = []
-    for source, target in zip(GRAPH_FILES["fp32"], GRAPH_FILES["fp16"], strict=True):
-        kept += convert_fp16(directory / source, directory / target)
-    check_loads([directory / name for name in GRAPH_FILES["fp16"]], "fp16")
-    entry: dict[str, Any] = {"fp16": {"fp32_ops": list(FP16_KEPT_OPS), "fp32_nodes": kept}}
-    if ref is None:
-        return entry
-    engine = open_variant(directory, "fp16", config)
-    gate = raise_if_missed("fp16", ref.gate(engine, max_drop))
-    return entry | {"gate": gate, "note": fp16_note()}
+    """Convert both graphs to fp16 (GraphLoadError when onnxruntime cannot load one): every
+    operator float16 but the logits and the search's outputs; with a reference, gate them on
+    the CPU provider, and when they miss, convert again with `FP16_KEPT_OPS` (Softmax,
+    LayerNormalization) in float32 and gate that; GateError with both rows when it misses
+    too. The entry's `fp32_ops` says which conversion the bundle holds."""
+    attempts: list[dict[str, Any]] = []
+    for fp32_ops in FP16_ATTEMPTS:
+        kept: list[str] = []
+        for source, target in zip(GRAPH_FILES["fp32"], GRAPH_FILES["fp16"], strict=True):
+            kept += convert_fp16(directory / source, directory / target, fp32_ops)
+        check_loads([directory / name for name in GRAPH_FILES["fp16"]], "fp16")
+        entry: dict[str, Any] = {"fp16": {"fp32_ops": list(fp32_ops), "fp32_nodes": kept}}
+        if ref is None:
+            return entry
+        numbers = ref.gate(open_variant(directory, "fp16", config), max_drop)
+        attempts.append({"fp32_ops": list(fp32_ops)} | gate_row(numbers))
+        if numbers["passed"]:
+            entry["fp16"]["search"] = attempts
+            return entry | {"gate": numbers, "note": fp16_note()}
+        say(f"  fp16 misses the gate ({gate_summary(numbers)}) with {fp16_ops(fp32_ops)}")
+    raise GateError(
+        f"fp16 misses the accuracy gate even with {', '.join(FP16_KEPT_OPS)} in float32: "
+        f"{gate_summary(numbers)}; export without fp16 or raise --max-metric-drop",
+        "fp16",
+        attempts,
+    )
 
 
 def build_ort(directory: Path) -> dict[str, Any]:
@@ -307,7 +323,7 @@ def build_variants(
         if name == "int8":
             entry = build_int8(directory, config, ref, options, say)
         elif name == "fp16":
-            entry = build_fp16(directory, config, ref, options.max_metric_drop)
+            entry = build_fp16(directory, config, ref, options.max_metric_drop, say)
         else:
             entry = build_ort(directory)
             if ref is not None:
@@ -358,8 +374,9 @@ def add_precisions(
     say: Progress,
 ) -> list[str]:
     """For an extra decoder whose fp32 graph `files["fp32"]` is written: quantize its int8
-    graph when `table` has int8 (`quantize_like_int8`), add each precision's file entry to
-    `entry`; return the precisions."""
+    graph when `table` has int8 (`quantize_like_int8`), convert its fp16 graph when `table`
+    has fp16 (with the operators the fp16 decoder kept in float32), add each precision's file
+    entry to `entry`; return the precisions."""
     precisions = [p for p in files if p in table]
     for precision in precisions:
         path = directory / files[precision]
@@ -367,6 +384,12 @@ def add_precisions(
             quantize_like_int8(directory / files["fp32"], path, table["int8"])
             megabytes = path.stat().st_size / 1e6
             say(f"  {path.name}: {megabytes:.2f} MB (quantized as the int8 decoder)")
+        elif precision == "fp16":
+            fp32_ops = table["fp16"]["fp16"]["fp32_ops"]
+            convert_fp16(directory / files["fp32"], path, fp32_ops)
+            check_loads([path], "fp16")
+            megabytes = path.stat().st_size / 1e6
+            say(f"  {path.name}: {megabytes:.2f} MB (converted as the fp16 decoder)")
         entry[precision] = {
             "file": path.name,
             "decoder": GRAPH_FILES[precision][1],  # the graph it stands in for

@@ -6,7 +6,8 @@
 
 `decoder.onnx` derives every row's position from the cache length, so all rows of a batch
 must be at the same step. This graph (`decoder.steps.onnx`, and `decoder.steps.int8.onnx`
-when int8 is exported, quantized as `decoder.int8.onnx` was) takes the same inputs plus
+when int8 is exported, quantized as `decoder.int8.onnx` was, `decoder.steps.fp16.onnx` when
+fp16 is, converted as `decoder.fp16.onnx` was) takes the same inputs plus
 `position_ids` int64 [batch, new_len] (rows of the positional table) and `tgt_mask` bool
 [batch, past_len + new_len] (True at cache slots a row may attend to), so a server can add
 rows to a running batch at any step and drop them when done (runtime/serve/continuous.py).

@@ -10,8 +10,9 @@ row r joining at step `join[r]` (so rows sit at different positions), fed the to
 solo run: before it joins and after it ends a row feeds `<pad>` at position 0 and sees only
 that slot, so its cache holds slots it must never see again, which its tgt_mask hides. Each
 live row's logits are compared with its solo logits at the same position. fp32 must agree
-within TOLERANCE_FP32; int8 quantizes activations per tensor over the batch, so its numbers
-(max |Δ| and arg-max agreement) are reported, not gated.
+within TOLERANCE_FP32; int8 quantizes activations per tensor over the batch and fp16 rounds
+differently with the batch's shapes, so their numbers (max |Δ| and arg-max agreement) are
+reported, not gated.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ def staggered_logits(
     feeds |= dict(zip(engine.names[C.CROSS_V], out[layers:], strict=True))
     feeds[C.SRC_MASK] = src_ids != engine.pad_id
     cfg = engine.config
-    past = [np.zeros((rows, cfg.n_heads, 0, cfg.d_head), np.float32)] * (2 * layers)
+    past = [np.zeros((rows, cfg.n_heads, 0, cfg.d_head), engine.cache_dtype)] * (2 * layers)
     past_names = [*engine.names[C.PAST_K], *engine.names[C.PAST_V]]
     got: list[list[np.ndarray]] = [[] for _ in range(rows)]
     for t in range(max(j + len(f) for j, f in zip(join, fed, strict=True))):
