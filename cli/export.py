@@ -76,8 +76,8 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     show_default=True,
     help="Comma-separated graph variants: fp32 (always), int8, fp16, ort, search (the "
     "one-graph BeamSearch variant, for fp32 and for int8 when exported), steps (a decoder "
-    "for edgeseq serve's step batching, for fp32 and for int8 when exported), inplace (a decoder "
-    "whose cache is written in place, which beam search uses on the CPU; fp32 and int8).",
+    "for edgeseq serve's step batching, for each of fp32, int8 and fp16 exported), inplace (a "
+    "decoder whose cache is written in place, which beam search on the loop uses; likewise).",
 )
 @click.option(
     "--max-metric-drop",
