@@ -54,8 +54,12 @@ def build_t5_dir(
     heads: int = 4,
     seed: int = 0,
     copy_steps: int = 0,
+    initializer_factor: float = 1.0,
+    n_positions: int = N_POSITIONS,
 ) -> Path:
-    """Write a tiny T5 checkpoint of `version` "1.0" or "1.1" into `path` (created)."""
+    """Write a tiny T5 checkpoint of `version` "1.0" or "1.1" into `path` (created);
+    `initializer_factor` scales T5's initial weights (5.0: logits in the hundreds), and
+    `n_positions` goes into config.json (T5 itself has no limit there)."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import T5Config, T5ForConditionalGeneration, T5Tokenizer
@@ -74,7 +78,7 @@ def build_t5_dir(
         feed_forward_proj="gated-gelu" if v11 else "relu", tie_word_embeddings=not v11,
         relative_attention_num_buckets=8 if v11 else 32,
         relative_attention_max_distance=20 if v11 else 128,
-        dropout_rate=0.0, decoder_start_token_id=0,
+        dropout_rate=0.0, decoder_start_token_id=0, initializer_factor=initializer_factor,
     )  # fmt: skip
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration(config).eval()
@@ -84,7 +88,7 @@ def build_t5_dir(
         train_to_copy(model, tokenizer, copy_steps, seed, lambda: None)
     model.save_pretrained(path)
     config_json: dict[str, Any] = json.loads((path / "config.json").read_text())
-    config_json["n_positions"] = N_POSITIONS  # as t5-small's config.json has it (512)
+    config_json["n_positions"] = n_positions  # as t5-small's config.json has it (512)
     if v11:
         del config_json["scale_decoder_outputs"]
         config_json["tie_word_embeddings"] = False

@@ -46,6 +46,7 @@ from ...options import ExportOptions, Progress
 from ...parity import add_group, check_group, check_parity, random_sources
 from ...sources import SourceReference
 from ...variants import VARIANT_NAMES, VariantOptions, check_supported
+from .float64_noise import ModelNoise
 from .graph_variants import VARIANT_EXPORTS, VariantContext, requested
 from .graphs import export_decoder, export_encoder
 from .parity import open_engine, run_parity
@@ -238,8 +239,8 @@ def prove_graphs(
         check_group(parity, "top", top_failure)
     if reference is not None:
         say(f"parity against the source model on {len(held.sources)} inputs")
-        noise = parity["level2"]["torch_cached_vs_uncached"]
-        group = source_parity(reference, engine, held, model.cfg, max_new_tokens, noise)
+        drift, noise = parity["level2"]["torch_cached_vs_uncached"], ModelNoise(model, held.sources)
+        group = source_parity(reference, engine, held, model.cfg, max_new_tokens, drift, noise)
         add_group(parity, "source", group)
         say(f"  source: {'passed' if group['passed'] else 'FAILED'} ({group['seconds']} s)")
         check_group(parity, "source", source_failure)
