@@ -34,6 +34,7 @@ from edgeseq.runtime.errors import EdgeseqError
 
 from .external_data import graph_bytes, save_graph
 from .fused_ops import TRANSLATIONS
+from .fused_relative_ops import TRANSLATIONS as RELATIVE_TRANSLATIONS
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
 
@@ -119,7 +120,8 @@ def _export(
     graph: str = "model",
 ) -> onnx.ModelProto:
     """Run the dynamo exporter quietly and return the in-memory model (weights embedded).
-    The fused wrappers' attention ops are translated by `fused_ops.TRANSLATIONS`. ExportError
+    The fused wrappers' attention ops are translated by `fused_ops.TRANSLATIONS` (and
+    `fused_relative_ops`' for a score bias). ExportError
     when the exporter fails (an operation or layout it cannot translate) or memory runs out."""
     if opset is not None and opset < MIN_OPSET:
         raise ExportError(f"opset {opset} is too old; use --opset {MIN_OPSET} or newer")
@@ -160,7 +162,7 @@ def _run_exporter(
             dynamic_shapes=dynamic_shapes,
             opset_version=opset,
             optimize=True,
-            custom_translation_table=TRANSLATIONS,
+            custom_translation_table=TRANSLATIONS | RELATIVE_TRANSLATIONS,
         )
         return program.model_proto
 

@@ -35,6 +35,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import GenerationOptions, beam_search, greedy_search
+from edgeseq.runtime.serve.live_batch import LiveBatch, StepsDecoder
 
 MAX_NEW = 20
 TEXTS = ["Straße naïve façade", "the quick brown fox", "λόγος", "Hello world, 42!"]
@@ -56,6 +57,7 @@ def sources(t5_dirs: dict[str, Path]) -> dict[str, Any]:
 def bundle(t5_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("t5") / "bundle"
     args = ["export", str(t5_dirs["1.1"]), "--out", str(out), "--inputs", "60"]  # module < 90 s
+    args += ["--variants", "fp32,steps,inplace,search"]  # fused, with the relative bias
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     return out
@@ -152,23 +154,67 @@ def test_bundle_generates_the_sources_text(bundle: Path, t5_dirs: dict[str, Path
     assert (config["positional"], config["ffn"], config["relative_buckets"]) == (
         "relative", "gated", 8,
     )  # fmt: skip
-    for file in (C.ENCODER_FILE, C.DECODER_FILE):  # standard operators (relative positions)
-        assert {n.domain or "ai.onnx" for n in onnx.load(bundle / file).graph.node} == {"ai.onnx"}
-    group = json.loads((bundle / C.MANIFEST_FILE).read_text())["parity"]["source"]
+    files = {  # fused attention with the relative position bias as attention_bias
+        C.ENCODER_FILE: "MultiHeadAttention", C.DECODER_FILE: "MultiHeadAttention",
+        C.STEPS_FILES["fp32"]: "MultiHeadAttention",
+        C.IN_PLACE_FILES["fp32"]: "DecoderMaskedMultiHeadAttention",
+    }  # fmt: skip
+    for file, op_type in files.items():
+        nodes = [n for n in onnx.load(bundle / file).graph.node if n.op_type == op_type]
+        biased = [n for n in nodes if len(n.input) > 5 and n.input[5]]  # attention_bias fed
+        assert len(biased) == 2  # each self-attention of the 2 layers
+    parity = json.loads((bundle / C.MANIFEST_FILE).read_text())["parity"]
+    group = parity["source"]
     assert group["passed"] and group["level3"]["beam"]["identical"] > 0
+    assert all(parity[key]["passed"] for key in ("steps", "inplace", "search"))
     hf = AutoTokenizer.from_pretrained(t5_dirs["1.1"])
     model = AutoModelForSeq2SeqLM.from_pretrained(t5_dirs["1.1"]).eval()
-    gen = Generator.load(bundle)
+    loop = Generator.load(bundle, search="loop")  # beam: the in-place decoder
+    graph = Generator.load(bundle, search="graph")  # the one-graph BeamSearch
+    assert loop.in_place is not None
     for beam in (1, 4):
         batch = hf(TEXTS, return_tensors="pt", padding=True)
         options = {"num_beams": beam, "early_stopping": True} if beam > 1 else {}
         out = model.generate(**batch, max_new_tokens=MAX_NEW, **options)
         want = hf.batch_decode(out, skip_special_tokens=True)
         opts = GenerationOptions(max_new_tokens=MAX_NEW, beam_size=beam)
-        assert [r.text for r in gen.generate(TEXTS, opts)] == want
+        for gen in (loop, graph):
+            assert [r.text for r in gen.generate(TEXTS, opts)] == want, (gen.search_mode, beam)
         args = ["generate", str(bundle), *TEXTS, "--max-new-tokens", str(MAX_NEW)]
         result = CliRunner().invoke(cli, [*args, "--beam", str(beam)])
         assert result.exit_code == 0 and result.stdout.splitlines() == want, result.output
+
+
+def test_steps_decoder_rows_at_different_positions_give_the_sources_ids(
+    bundle: Path, sources: dict
+) -> None:
+    """Greedy through the step-batching decoder, one row joining per step (each row at its
+    own position, the relative bias of its own slots) = transformers' greedy ids."""
+    source = sources["1.1"]
+    ids = inputs(source)[:8]
+    want = source.reference.generate(ids, 1, MAX_NEW)
+    steps = StepsDecoder.open(Generator.load(bundle, search="loop"))
+    assert steps is not None
+    batch, cfg = LiveBatch(steps), steps.config
+    got: dict[int, list[int]] = {}
+    row_of: dict[int, int] = {}  # slot -> input
+    last = np.zeros(0, dtype=np.int64)
+    while len(got) < len(ids) or row_of:
+        if len(got) < len(ids):
+            (slot,) = batch.join([ids[len(got)]])
+            row_of[slot], got[len(got)] = len(got), []
+            last = np.resize(last, batch.rows)
+            last[slot] = cfg.bos_id
+        chosen = batch.step(last).argmax(-1)
+        for slot, row in list(row_of.items()):
+            token = int(chosen[slot])
+            if token != cfg.eos_id:
+                got[row].append(token)
+            if token == cfg.eos_id or len(got[row]) == MAX_NEW:
+                batch.leave([slot])
+                del row_of[slot]
+            last[slot] = token
+    assert [got[i] for i in range(len(ids))] == want
 
 
 def test_mt5_model_type_maps_the_same(t5_dirs: dict[str, Path], tmp_path: Path) -> None:

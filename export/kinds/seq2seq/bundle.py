@@ -17,14 +17,12 @@ with `force`. The format is documented in docs/bundle.md.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
-from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
@@ -45,7 +43,7 @@ from ...onnx_export import GraphInfo
 from ...options import ExportOptions, Progress
 from ...parity import add_group, check_group, check_parity, random_sources
 from ...sources import SourceReference
-from ...variants import VARIANT_NAMES, VariantOptions, check_supported
+from ...variants import VariantOptions
 from .float64_noise import ModelNoise
 from .graph_variants import VARIANT_EXPORTS, VariantContext, requested
 from .graphs import export_decoder, export_encoder
@@ -53,10 +51,6 @@ from .parity import open_engine, run_parity
 from .precisions import build_variants
 from .source_parity import source_failure, source_parity
 from .top_parity import top_failure, top_parity
-
-# Variants whose decoder cannot carry positional "relative": the steps decoder's rows sit at
-# positions other than their cache slots; the in-place decoder is a fused operator.
-RELATIVE_UNSUPPORTED = ("steps", "inplace")
 
 
 def export_bundle(
@@ -111,7 +105,6 @@ def write_bundle(
     generation settings (export/sources/generation_config.py), go into config.json."""
     out = Path(out)
     refuse_existing(out, options.force)
-    options = relative_options(model.cfg, options)
     extras = requested(options.variants.names)
     unfused = [v.key for v in extras if v.needs_fuse and not options.fuse]
     if unfused:
@@ -183,19 +176,6 @@ def _write_into(
     return write_manifest(
         directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
     )
-
-
-def relative_options(cfg: ModelConfig, options: ExportOptions) -> ExportOptions:
-    """`options` for a model of `cfg`: with positional "relative" (T5's position bias, added
-    to the attention scores) the graphs are exported unfused (the fused attention operators
-    take no score bias), and the variants whose graphs cannot carry the bias are refused."""
-    if cfg.positional != "relative":
-        return options
-    supported = [n for n in VARIANT_NAMES if n not in RELATIVE_UNSUPPORTED]
-    check_supported(options.variants.names, supported, 'positional "relative"')
-    if options.fuse:
-        options.say('positional "relative": graphs exported with standard ONNX operators')
-    return replace(options, fuse=False)
 
 
 def export_graphs(
