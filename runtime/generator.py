@@ -216,12 +216,12 @@ class Generator:
     def encode(self, text: str, truncate: bool = False, source_lang: str | None = None) -> Source:
         """Token ids of normalised `text` plus `</s>`, after `<s>` when config.source_bos and
         the source language's token for a multilingual model (`source_lang`, default the
-        model's). Longer than max_len:
-        InputTooLongError, or with `truncate` the tokens are cut so that they fill max_len.
+        model's). Longer than max_len (`ModelConfig.max_positions`: positional "relative" has
+        no table): InputTooLongError, or with `truncate` the tokens are cut to fit.
         No known symbol: a Source marked `skipped` (never too long)."""
         ids, unknown = self.tokenize(text)
         prefix = self._source_prefix(source_lang)
-        limit = self.config.max_len - len(prefix)
+        limit = self.config.max_positions - len(prefix)
         eos = self.config.eos_id
         if not ids or len(unknown) == len(ids):
             skipped = "unknown" if ids else "empty"
@@ -230,7 +230,7 @@ class Generator:
         if truncated and not truncate:
             raise InputTooLongError(
                 f"input has {len(prefix) + len(ids) + 1} source tokens with </s> but the "
-                f"model's max_len is {self.config.max_len}; shorten it or pass truncate=True"
+                f"model's max_len is {self.config.max_positions}; shorten it or pass truncate=True"
             )
         return Source((*prefix, *ids[: limit - 1], eos), truncated, unknown)
 
@@ -270,7 +270,8 @@ class Generator:
                 raise OptionsError(f"{name} applies to encoder-decoder bundles only")
         options = options.filled(self.bundle.generation)
         forced_ids, budget = len(self.target_prefix(options)), options.max_new_tokens
-        budget = self.config.max_len if budget is None else min(budget, self.config.max_len)
+        cap = self.config.max_positions  # past max_len for positional "relative"
+        budget = self.config.max_len if budget is None else min(budget, cap)
         if forced_ids >= budget:
             raise OptionsError(
                 f"the forced target prefix takes {forced_ids} of the {budget} tokens an "

@@ -30,7 +30,7 @@ from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.cli.main import cli, main
 from edgeseq.export.sources import SourceError, detect_adapter
 from edgeseq.export.sources.marian import SUPPRESSED
-from edgeseq.export.sources.t5 import load
+from edgeseq.export.sources.t5 import load, to_edgeseq
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.padding import right_pad
@@ -302,3 +302,35 @@ def test_refuses_a_tokenizer_that_does_not_fit_the_weights(
         added["id"] = {1: 2, 2: 1}.get(added["id"], added["id"])
     (path / "tokenizer.json").write_text(json.dumps(data))
     _export_fails(path, tmp_path / "out", "have ids (0, 2, 1), not T5's (0, 1, 2)", capsys)
+
+
+def test_inputs_and_outputs_run_past_n_positions(tmp_path: Path) -> None:
+    """T5 has no positional table: with n_positions 8, a 30-token source and 40 new tokens
+    give transformers' ids (greedy and beam 4; loop, in-place decoder and one-graph search);
+    n_positions stays the default budget."""
+    path = build_t5_dir(tmp_path / "t5", version="1.0", n_positions=8)
+    out = tmp_path / "bundle"
+    args = ["export", str(path), "--out", str(out), "--inputs", "20"]
+    result = CliRunner().invoke(cli, [*args, "--variants", "fp32,inplace,search"])
+    assert result.exit_code == 0, result.output
+    hf = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    words = [line.split()[0] for line in synthetic_corpus("source", 40, seed=3)]
+    texts = [" ".join(words[:12]), " ".join(words[12:30])]
+    batch = hf(texts, return_tensors="pt", padding=True)
+    assert batch.input_ids.shape[1] > 8 * 3
+    loop = Generator.load(out, search="loop")
+    graph = Generator.load(out, search="graph")
+    for beam in (1, 4):
+        options = {"num_beams": beam, "early_stopping": True} if beam > 1 else {}
+        want = model.generate(**batch, max_new_tokens=40, **options)
+        expected = []  # edgeseq ids without the decoder start and </s>
+        for row in want[:, 1:].tolist():
+            expected.append(to_edgeseq(row[: row.index(1)] if 1 in row else row))
+        assert max(map(len, expected)) > 8 * 3
+        opts = GenerationOptions(max_new_tokens=40, beam_size=beam)
+        for gen in (loop, graph):
+            got = [list(r.token_ids) for r in gen.generate(texts, opts)]
+            assert got == expected, (gen.search_mode, beam)
+    default = loop.generate(texts[:1])[0]
+    assert len(default.token_ids) <= 8  # the default budget: n_positions

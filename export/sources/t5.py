@@ -16,7 +16,8 @@ multiplied by sqrt(d_kv) instead (exact up to float32 rounding). The output is l
 when the file has one, else the shared table; when the checkpoint scales the decoder output
 by d_model^-0.5 (T5 v1.0's tied output: scale_decoder_outputs, else tie_word_embeddings not
 false) the scale is folded into the output weights. `max_len` is n_positions (512 when
-absent): T5 has no positional table, edgeseq refuses longer inputs.
+absent), the default token budget: T5 has no positional table, so sources and outputs may be
+longer, as in transformers (`ModelConfig.max_positions`).
 
 Ids: T5 numbers `<pad>` 0, `</s>` 1, `<unk>` 2 and has no `<s>`; decoding starts from
 `<pad>` (decoder_start_token_id). edgeseq adds `<s>` at id 1 (renumber.py) and shifts every

@@ -18,7 +18,8 @@ from into new ones) returns to the pool as soon as the new state is made; the re
 generation's slot, when its last state is gone, or at once when `step` or `select` fails. The
 pool keeps free buffers up to a cap, by default the bytes of a batch-32 beam-4 cache at
 max_len (`EDGESEQ_CACHE_POOL_MB` overrides it; 0 keeps none); `EDGESEQ_CACHE_GENERATIONS`
-(default 2) bounds the generations holding buffers at once. A step at position max_len raises
+(default 2) bounds the generations holding buffers at once. Buffers grow up to max_len
+(`max_positions`: past it for positional "relative"); a step at that position raises
 `CacheFullError` (the search's step budget stops before it).
 
 Rows are grouped in blocks of `width` (an input's hypotheses in beam search, 1 in greedy
@@ -123,12 +124,12 @@ class InPlaceStep(OrtStep):
 
     def start(self, src_ids: np.ndarray) -> InPlaceState:  # type: ignore[override]
         """Wait for a generation slot, run the encoder on src_ids int64 (B, S); empty buffers
-        of max(64, 2 S) positions (at most max_len), one row per block."""
+        of max(64, 2 S) positions (at most max_positions), one row per block."""
         lease = Lease(self.pool)
         try:
             first = super().start(src_ids)
             rows = first.batch
-            length = min(self.max_len, max(MIN_CACHE_LEN, 2 * src_ids.shape[1]))
+            length = min(self.max_positions, max(MIN_CACHE_LEN, 2 * src_ids.shape[1]))
             return InPlaceState(
                 first.cross_k, first.cross_v, first.src_mask, first.source_rows,
                 self.buffers(lease, rows, length), self.buffers(lease, rows, length), 0, 1,
@@ -139,8 +140,8 @@ class InPlaceStep(OrtStep):
             raise
 
     def grown(self, state: InPlaceState) -> InPlaceState:
-        """`state` with buffers twice as long (at most max_len), filled positions copied."""
-        length = min(self.max_len, 2 * state.cache_len)
+        """`state` with buffers twice as long (at most max_positions), filled positions copied."""
+        length = min(self.max_positions, 2 * state.cache_len)
         cache = []
         for old in (*state.cache_k, *state.cache_v):
             new = state.lease.take((*old.shape[:2], length, old.shape[3]))
@@ -221,10 +222,11 @@ class InPlaceStep(OrtStep):
             raise ValueError("the in-place cache decoder takes one new token per row")
         _check_live(state)
         try:
-            if state.past >= self.max_len:
+            if state.past >= self.max_positions:
                 raise CacheFullError(
-                    f"the in-place cache holds the model's max_len of {self.max_len} positions "
-                    f"and all are written: generate at most {self.max_len} tokens "
+                    f"the in-place cache holds the model's max_len of {self.max_positions} "
+                    "positions "
+                    f"and all are written: generate at most {self.max_positions} tokens "
                     "(max_new_tokens; the search functions stop there by themselves)"
                 )
             if state.past >= state.cache_len:

@@ -132,7 +132,7 @@ def export_in_place_decoder(
     as for `export_decoder`. Fused only: the node is onnxruntime's."""
     cfg, dims = model.cfg, graph_dims(model.cfg)
     batch, src_len = dims[C.BATCH], dims[C.SRC_LEN]
-    cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_len)
+    cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_positions)
     layers = cfg.n_decoder_layers
     cache = ({0: batch, 2: cache_len},) * layers
     cross = ({0: batch, 2: src_len},) * layers
@@ -143,7 +143,7 @@ def export_in_place_decoder(
         "cross_k": cross,
         "cross_v": cross,
         "src_mask": {0: batch, 1: src_len},
-        "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_len)},
+        "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_positions)},
         "past_length": None,
         "beam_width": None,
         "cache_indirection": {0: Dim(C.INPUTS, min=1), 1: Dim(C.BEAMS, min=1), 2: cache_len},
