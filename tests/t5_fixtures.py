@@ -8,7 +8,8 @@
 The tokenizer is transformers' T5Tokenizer over a SentencePiece Unigram model trained here on
 hf_fixtures.synthetic_corpus (its pieces, scores and precompiled normaliser, behind T5's
 `<pad>` `</s>` `<unk>`, plus EXTRA_IDS sentinels), saved with `save_pretrained`
-(tokenizer.json + tokenizer_config.json). v1.0: ReLU feed-forward, output tied to the shared
+(tokenizer.json + tokenizer_config.json); config.json has t5-small's task_specific_params
+(TASK_PARAMS). v1.0: ReLU feed-forward, output tied to the shared
 embedding and scaled by d_model^-0.5, T5's 32 buckets up to distance 128. v1.1: gated-GELU
 feed-forward, a separate lm_head.weight and `tie_word_embeddings: false` in config.json as
 Flan-T5's files have them (transformers 5 writes neither itself), 8 buckets up to distance 20,
@@ -30,6 +31,12 @@ from hf_fixtures import SPECIAL_PIECES, synthetic_corpus, train_spm, train_to_co
 EXTRA_IDS = 10
 EXTRA_ROWS = 3
 N_POSITIONS = 64
+# as t5-small's config.json has them (the prefixes that transformers' pipelines add)
+TASK_PARAMS = {
+    "summarization": {"prefix": "summarize: ", "max_length": 200, "num_beams": 4},
+    "translation_en_to_de": {"prefix": "translate English to German: ", "max_length": 300},
+    "translation_en_to_fr": {"prefix": "translate English to French: ", "max_length": 300},
+}
 
 
 def t5_vocab(model: bytes) -> tuple[list[tuple[str, float]], bytes]:
@@ -89,6 +96,7 @@ def build_t5_dir(
     model.save_pretrained(path)
     config_json: dict[str, Any] = json.loads((path / "config.json").read_text())
     config_json["n_positions"] = n_positions  # as t5-small's config.json has it (512)
+    config_json["task_specific_params"] = TASK_PARAMS
     if v11:
         del config_json["scale_decoder_outputs"]
         config_json["tie_word_embeddings"] = False

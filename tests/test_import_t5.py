@@ -23,7 +23,7 @@ pytest.importorskip("sentencepiece", reason="the test trains a SentencePiece mod
 from click.testing import CliRunner
 from hf_fixtures import synthetic_corpus
 from safetensors.torch import load_file
-from t5_fixtures import EXTRA_ROWS, build_t5_dir
+from t5_fixtures import EXTRA_ROWS, TASK_PARAMS, build_t5_dir
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, T5Tokenizer
 
 from edgeseq.build_model.torch_step import TorchStep
@@ -334,3 +334,45 @@ def test_inputs_and_outputs_run_past_n_positions(tmp_path: Path) -> None:
             assert got == expected, (gen.search_mode, beam)
     default = loop.generate(texts[:1])[0]
     assert len(default.token_ids) <= 8  # the default budget: n_positions
+
+
+def test_task_prefixes_from_the_checkpoint(
+    bundle: Path, t5_dirs: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """config.json's task_specific_params become the bundle's task_prefixes; a named task puts
+    its prefix before every input, with the same answer from the API, the CLI and the server
+    (transformers' on the prefixed texts); an unknown task is one line naming the known."""
+    from serve_client import generate, running
+
+    from edgeseq.runtime.errors import OptionsError
+    from edgeseq.runtime.serve.app import create_app
+
+    config = json.loads((bundle / C.CONFIG_FILE).read_text())
+    assert config["task_prefixes"] == {name: p["prefix"] for name, p in TASK_PARAMS.items()}
+    task = "translation_en_to_de"
+    hf = AutoTokenizer.from_pretrained(t5_dirs["1.1"])
+    model = AutoModelForSeq2SeqLM.from_pretrained(t5_dirs["1.1"]).eval()
+    prefixed = [TASK_PARAMS[task]["prefix"] + text for text in TEXTS]
+    out = model.generate(**hf(prefixed, return_tensors="pt", padding=True), max_new_tokens=MAX_NEW)
+    want = hf.batch_decode(out, skip_special_tokens=True)
+    gen = Generator.load(bundle)
+    opts = GenerationOptions(max_new_tokens=MAX_NEW)
+    assert [r.text for r in gen.generate(TEXTS, opts, task=task)] == want
+    assert [r.text for r in gen.generate(TEXTS, opts)] != want  # the prefix is what changed
+    args = ["generate", str(bundle), *TEXTS, "--max-new-tokens", str(MAX_NEW)]
+    result = CliRunner().invoke(cli, [*args, "--task", task])
+    assert result.exit_code == 0 and result.stdout.splitlines() == want, result.output
+    with running(create_app(gen)) as port:
+        status, body = generate(port, TEXTS, {"task": task, "max_new_tokens": MAX_NEW})
+        assert status == 200 and [r["output"] for r in body["results"]] == want, body
+        status, body = generate(port, TEXTS, {"task": "translation_en_to_xx"})
+        assert status == 422 and "summarization, translation_en_to_de" in str(body), body
+    known = "this bundle's tasks: summarization, translation_en_to_de, translation_en_to_fr"
+    with pytest.raises(OptionsError, match=f"unknown task 'translate'; {known}"):
+        gen.generate(TEXTS, task="translate")
+    code, err = run_main([*args, "--task", "translate"], capsys)
+    assert (
+        code == 1
+        and err.count("\n") == 1
+        and err.startswith(f"error: unknown task 'translate'; {known}")
+    ), err

@@ -89,6 +89,7 @@ def write_bundle(
     reference: SourceReference | None = None,
     languages: dict[str, Any] | None = None,
     generation: dict[str, Any] | None = None,
+    task_prefixes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
@@ -102,7 +103,8 @@ def write_bundle(
     `reference`, the model an import adapter mapped (export/sources/), adds the parity group
     against it (source_parity.py): the bundle must reproduce the original, not only `model`.
     `languages`, a multilingual import's language list, and `generation`, the source's
-    generation settings (export/sources/generation_config.py), go into config.json."""
+    generation settings (export/sources/generation_config.py), and `task_prefixes`, the text
+    each named task puts before an input (T5's task_specific_params), go into config.json."""
     out = Path(out)
     refuse_existing(out, options.force)
     extras = requested(options.variants.names)
@@ -118,9 +120,8 @@ def write_bundle(
         held = with_languages(held, languages, tokenizers, model)
     model.eval()
     with atomic_directory(out) as tmp:
-        manifest = _write_into(
-            tmp, model, tokenizers, options, task, held, reference, languages, generation
-        )
+        extra = {"languages": languages, "generation": generation, "task_prefixes": task_prefixes}
+        manifest = _write_into(tmp, model, tokenizers, options, task, held, reference, **extra)
         if (out.exists() or out.is_symlink()) and not options.force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
     options.say(f"wrote {out}")
@@ -137,6 +138,7 @@ def _write_into(
     reference: SourceReference | None,
     languages: dict[str, Any] | None = None,
     generation: dict[str, Any] | None = None,
+    task_prefixes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every step of `write_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
@@ -165,8 +167,9 @@ def _write_into(
     options.say("write config, tokenizers, manifest")
     tokenizer_files = tokenizers.save(directory, model.cfg.max_len)
     config = bundle_config(
-        model.cfg, tokenizer_files, graphs, task, languages=languages, generation=generation
-    )
+        model.cfg, tokenizer_files, graphs, task, languages=languages, generation=generation,
+        task_prefixes=task_prefixes,
+    )  # fmt: skip
     write_json(directory / C.CONFIG_FILE, config)
     encoder = graphs["encoder"]
     needs = [C.MIN_ORT_FUSED_ATTENTION] if options.fuse else []
