@@ -170,3 +170,16 @@ def test_unfused_steps_decoder_carries_the_bias_of_its_slots(relative_run: Path,
     assert parity["steps"]["passed"] and parity["steps"]["fp32"]["max_abs_diff"] < 1e-5
     graph = onnx.load(bundle / C.STEPS_FILES["fp32"]).graph
     assert {n.domain or "ai.onnx" for n in graph.node} == {"ai.onnx"}
+
+
+def test_relative_models_have_no_table_cap_in_python_or_the_browser() -> None:
+    """ModelConfig.max_positions: max_len for a table, RELATIVE_MAX_POSITIONS for "relative";
+    runtime/web/edgeseq.mjs mirrors the constant (its `maxPositions`)."""
+    from edgeseq.runtime.config import RELATIVE_MAX_POSITIONS
+
+    cfg = ModelConfig(src_vocab_size=20, tgt_vocab_size=20, max_len=8)
+    assert cfg.max_positions == 8
+    relative = ModelConfig(src_vocab_size=20, tgt_vocab_size=20, max_len=8, **OPTIONS)
+    assert relative.max_positions == RELATIVE_MAX_POSITIONS > relative.max_len
+    web = (Path(__file__).parents[1] / "runtime" / "web" / "edgeseq.mjs").read_text()
+    assert f"export const RELATIVE_MAX_POSITIONS = {RELATIVE_MAX_POSITIONS};" in web
