@@ -118,3 +118,34 @@ def test_a_wrong_weight_still_fails_the_source_group(loud_t5: Path) -> None:
     group = source_parity(source.reference, TorchStep(wrong), held, wrong.cfg, 16, noise=noise)
     assert not group["level1"]["passed"] and not group["level2"]["passed"]
     assert group["level1"]["max_abs_diff"] > group["level1"]["bound"] > TOLERANCE_FP32
+
+
+def test_the_steps_and_inplace_groups_bound_a_loud_model_by_its_float32_error(
+    runtime_model, tmp_path: Path
+) -> None:
+    """The loud model's steps and in-place decoders miss the flat tolerance against
+    decoder.onnx by rounding alone: each group passes within the model's float32 error and
+    fails without it (None: the flat tolerance)."""
+    from edgeseq.export.kinds.seq2seq.in_place_parity import in_place_parity_group
+    from edgeseq.export.kinds.seq2seq.steps_parity import steps_parity_group
+    from edgeseq.export.variants import VariantOptions
+
+    model = copy.deepcopy(runtime_model.model)
+    with torch.no_grad():
+        model.output.weight.mul_(400.0)
+        if model.output.bias is not None:
+            model.output.bias.mul_(400.0)
+    bundle = tmp_path / "bundle"
+    variants = VariantOptions(("fp32", "steps", "inplace"))
+    export_bundle(model, runtime_model.tokenizers, bundle, verify=False, variants=variants,
+                  task={"name": "reverse", "options": {}})  # fmt: skip
+    sources = random_sources(model, 16)
+    noise = ModelNoise(model, sources)
+    steps = steps_parity_group(bundle, model.cfg, ["fp32"], sources, noise=noise)
+    assert steps["fp32"]["max_abs_diff"] > TOLERANCE_FP32 and steps["passed"], steps
+    assert steps["fp32"]["bound"] == TOLERANCE_FP32 + NOISE_FACTOR * noise.along_greedy()
+    assert not steps_parity_group(bundle, model.cfg, ["fp32"], sources)["passed"]
+    in_place = in_place_parity_group(bundle, model.cfg, ["fp32"], sources, noise=noise)
+    assert in_place["passed"], in_place
+    if in_place["fp32"]["max_score_diff"] > TOLERANCE_FP32:  # scores: twice the logits' error
+        assert in_place["fp32"]["float64_noise"] == noise.along_greedy()

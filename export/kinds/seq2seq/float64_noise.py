@@ -152,7 +152,7 @@ class ModelNoise:
             src = right_pad(self.sources, cfg.pad_id)
             steps = min(NOISE_STEPS, cfg.max_len)
             decoded = greedy_search(TorchStep(self.model), src, steps)
-            fed = [[cfg.bos_id, *ids][:steps] for ids in decoded]
+            fed = [[cfg.start_id, *ids][:steps] for ids in decoded]
             tgt_in = right_pad(fed, cfg.pad_id)
             real = np.arange(tgt_in.shape[1])[None, :] < np.array([len(f) for f in fed])[:, None]
             self._greedy = self.at(src, tgt_in, real)
@@ -168,9 +168,8 @@ def bound_of(diff: float, noise: ModelNoise | None, measure: str = "logits") -> 
         return {"bound": TOLERANCE_FP32}
     error = noise.along_greedy()
     scale = 2.0 if measure == "scores" else 1.0
-    bound = TOLERANCE_FP32 + scale * NOISE_FACTOR * error
     return {
-        "bound": max(TOLERANCE_FP32, bound),
+        "bound": TOLERANCE_FP32 + scale * NOISE_FACTOR * error,
         "float64_noise": error,
         "noise_factor": NOISE_FACTOR,
     }
