@@ -305,14 +305,17 @@ def test_refuses_a_tokenizer_that_does_not_fit_the_weights(
 
 
 def test_inputs_and_outputs_run_past_n_positions(tmp_path: Path) -> None:
-    """T5 has no positional table: with n_positions 8, a 30-token source and 40 new tokens
+    """T5 has no positional table: with n_positions 8 (a v1.0, every group passing, steps
+    included), a 30-token source and 40 new tokens
     give transformers' ids (greedy and beam 4; loop, in-place decoder and one-graph search);
     n_positions stays the default budget."""
     path = build_t5_dir(tmp_path / "t5", version="1.0", n_positions=8)
     out = tmp_path / "bundle"
     args = ["export", str(path), "--out", str(out), "--inputs", "20"]
-    result = CliRunner().invoke(cli, [*args, "--variants", "fp32,inplace,search"])
+    result = CliRunner().invoke(cli, [*args, "--variants", "fp32,steps,inplace,search"])
     assert result.exit_code == 0, result.output
+    parity = json.loads((out / C.MANIFEST_FILE).read_text())["parity"]  # v1.0: each group
+    assert all(parity[key]["passed"] for key in ("source", "steps", "inplace", "search"))
     hf = AutoTokenizer.from_pretrained(path)
     model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
     words = [line.split()[0] for line in synthetic_corpus("source", 40, seed=3)]
