@@ -306,9 +306,8 @@ def test_refuses_a_tokenizer_that_does_not_fit_the_weights(
 
 def test_inputs_and_outputs_run_past_n_positions(tmp_path: Path) -> None:
     """T5 has no positional table: with n_positions 8 (a v1.0, every group passing, steps
-    included), a 30-token source and 40 new tokens
-    give transformers' ids (greedy and beam 4; loop, in-place decoder and one-graph search);
-    n_positions stays the default budget."""
+    included), a 30-token source and 40 new tokens give transformers' ids (greedy and beam 4;
+    loop, in-place decoder and one-graph search); n_positions stays the default budget."""
     path = build_t5_dir(tmp_path / "t5", version="1.0", n_positions=8)
     out = tmp_path / "bundle"
     args = ["export", str(path), "--out", str(out), "--inputs", "20"]
