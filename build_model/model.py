@@ -69,7 +69,7 @@ class TokenEmbedding(nn.Module):
 class PositionalEncoding(nn.Module):
     """Adds row `offset + t` of a (max_len, D) table to position t: learned, or a fixed
     sinusoidal table (POSITIONAL_TABLES); "relative" adds nothing (the positions enter the
-    attention scores, build_model/relative.py) but still refuses more than max_len."""
+    attention scores, build_model/relative.py) and has no length limit."""
 
     def __init__(self, max_len: int, d_model: int, kind: str = "sinusoidal") -> None:
         super().__init__()
@@ -85,7 +85,13 @@ class PositionalEncoding(nn.Module):
     def forward(self, x: Tensor, offset: int | Tensor = 0) -> Tensor:
         """(B, T, D) -> (B, T, D) with positions offset..offset+T-1 added."""
         length = x.shape[1]
-        if isinstance(offset, int) and isinstance(length, int) and offset + length > self.max_len:
+        limited = self.table is not None  # "relative": no table, no limit (T5's)
+        if (
+            limited
+            and isinstance(offset, int)
+            and isinstance(length, int)
+            and offset + length > self.max_len
+        ):
             raise InputTooLongError(
                 f"sequence needs {offset + length} positions but the model's max_len is "
                 f"{self.max_len}; shorten the input or train with a larger max_len"

@@ -9,10 +9,12 @@ query/key pair falls into a bucket (`relative_bucket`: exact for small distances
 up to max_distance, one bucket beyond), and that bucket's row, one value per head, is added
 to the self-attention scores of every layer of the stack. Cross-attention gets no bias.
 
-The buckets of every distance a model can see, -(max_len - 1) .. max_len - 1, are computed
-once (float32, T5's arithmetic) and kept as an int64 lookup (`RelativePositionBias.buckets`),
-so the exported graphs gather from a constant instead of evaluating a logarithm: the same
-ids as transformers' `T5Attention._relative_position_bucket`, bit for bit. docs/blocks.md
+Every distance at or past max_distance falls into the last bucket of its side, so the buckets
+of the distances -max_distance .. max_distance are computed once (float32, T5's arithmetic)
+and kept as an int64 lookup (`RelativePositionBias.buckets`), and a distance is clamped into
+that range before the lookup: the exported graphs gather from a constant instead of
+evaluating a logarithm, the same ids as transformers' `T5Attention._relative_position_bucket`
+bit for bit, at any length (no max_len: T5 runs past its n_positions). docs/blocks.md
 writes the formula out for a runtime without torch.
 """
 
@@ -53,13 +55,13 @@ def relative_bucket(
 
 class RelativePositionBias(nn.Module):
     """One stack's relative position bias: a learned (buckets, H) table read through the
-    buckets of every distance up to max_len - 1."""
+    buckets of the distances up to max_distance (farther ones clamped to it: the same bucket)."""
 
     def __init__(self, cfg: ModelConfig, bidirectional: bool) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.randn(cfg.relative_buckets, cfg.n_heads) * 0.02)
-        self.max_len = cfg.max_len
-        distances = torch.arange(-(cfg.max_len - 1), cfg.max_len)  # (2 max_len - 1,)
+        self.reach = cfg.relative_max_distance  # |distance| at and past it: one bucket
+        distances = torch.arange(-self.reach, self.reach + 1)  # (2 reach + 1,)
         buckets = relative_bucket(
             distances, bidirectional, cfg.relative_buckets, cfg.relative_max_distance
         )
@@ -67,5 +69,5 @@ class RelativePositionBias(nn.Module):
 
     def forward(self, q_pos: Tensor, k_pos: Tensor) -> Tensor:
         """q_pos (N,) and k_pos (S,) int64 positions -> bias (1, H, N, S)."""
-        distance = k_pos[None, :] - q_pos[:, None] + (self.max_len - 1)  # (N, S), >= 0
-        return self.weight[self.buckets[distance]].permute(2, 0, 1)[None]
+        distance = (k_pos[None, :] - q_pos[:, None]).clamp(-self.reach, self.reach)  # (N, S)
+        return self.weight[self.buckets[distance + self.reach]].permute(2, 0, 1)[None]

@@ -46,6 +46,7 @@ class TorchStep:
         self.device = torch.device(device)
         cfg = model.cfg
         self.max_len, self.vocab_size = cfg.max_len, cfg.tgt_vocab_size
+        self.max_positions = cfg.max_positions
         self.bos_id, self.eos_id, self.pad_id = cfg.start_id, cfg.eos_id, cfg.pad_id
 
     @torch.inference_mode()

@@ -269,6 +269,12 @@ def result_json(line: InputLine, result: Result | None, generator: Generator) ->
     help="Text every output starts with (forced after the target language; it counts in "
     "--max-new-tokens and is part of the output).",
 )
+@click.option(
+    "--task",
+    default=None,
+    help="A task the bundle records (T5's task_specific_params, e.g. translation_en_to_de): "
+    "its prefix goes before every input.",
+)
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per input line.")
 @click.option(
     "--truncate", is_flag=True, help="Cut over-long inputs to max_len instead of failing."
@@ -304,6 +310,7 @@ def generate(
     target_lang: str | None,
     source_lang: str | None,
     target_prefix: str | None,
+    task: str | None,
     as_json: bool,
     truncate: bool,
     stream: bool,
@@ -345,6 +352,7 @@ def generate(
         source_lang=source_lang,
         target_lang=target_lang,
         target_prefix=target_prefix,
+        task=task,
     )
     generator = Generator.load(
         bundle, providers=provider, threads=threads, variant=variant, search=search_mode

@@ -87,12 +87,14 @@ def bundle_config(
     kind: str | None = None,
     languages: dict[str, Any] | None = None,
     generation: dict[str, Any] | None = None,
+    task_prefixes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The content of a bundle's config.json (see docs/bundle.md): `graphs` maps each graph's
     role ("encoder", "decoder"; "model" for one-graph kinds) to its export info; `kind`
     ("gpt", "bert") is written for one-graph bundles, `languages` for a multilingual model
     (runtime/languages.py), `generation` for a source with generation settings
-    (export/sources/generation_config.py)."""
+    (export/sources/generation_config.py), `task_prefixes` for a source with task prefixes
+    (T5's task_specific_params)."""
     ids = {"pad": cfg.pad_id, "bos": cfg.bos_id, "eos": cfg.eos_id, "unk": cfg.unk_id}
     tokens = dict(zip(ids, C.SPECIAL_TOKENS, strict=True))
     config = {
@@ -104,6 +106,7 @@ def bundle_config(
     }
     config |= {"languages": languages} if languages else {}
     config |= {"generation": generation} if generation else {}
+    config |= {"task_prefixes": task_prefixes} if task_prefixes else {}
     return config | ({"kind": kind} if kind else {})
 
 

@@ -34,15 +34,20 @@ MS_DOMAIN = "com.microsoft"
 FUSED_OP = "MultiHeadAttention"  # the node type a fused graph contains
 
 
-def _split(x: Tensor, n_heads: int) -> Tensor:
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """(B, T, D) -> (B, H, T, dh)."""
     b, t, d = x.shape
     return x.reshape(b, t, n_heads, d // n_heads).transpose(1, 2)
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, keep: Tensor) -> Tensor:
-    """q (B, H, T, dh), k/v (B, H, S, dh), keep broadcastable to (B, H, T, S) -> (B, T, D)."""
+def attend_heads(
+    q: Tensor, k: Tensor, v: Tensor, keep: Tensor, bias: Tensor | None = None
+) -> Tensor:
+    """q (B, H, T, dh), k/v (B, H, S, dh), keep and the optional score bias broadcastable to
+    (B, H, T, S) -> (B, T, D)."""
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
     weights = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1)
     out = weights @ v  # (B, H, T, dh)
     b, h, t, dh = out.shape
@@ -57,12 +62,30 @@ def cached_self_attention(
 
     q/k/v (B, N, D) projected, bias included; past_k/past_v (B, H, P, dh) ->
     out (B, N, D) before the output projection, present_k/present_v (B, H, P+N, dh)."""
-    keys = torch.cat([past_k, _split(k, n_heads)], dim=2)
-    values = torch.cat([past_v, _split(v, n_heads)], dim=2)
+    return cached_reference(q, k, v, past_k, past_v, None, None, n_heads)
+
+
+def cached_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    past_k: Tensor,
+    past_v: Tensor,
+    keep: Tensor | None,
+    bias: Tensor | None,
+    n_heads: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The arithmetic of the cached self-attention ops: causal over P + N slots, `keep`
+    (B, P+N) int32 hiding slots, `bias` (1 or B, H, N, P+N) added to the scores (each
+    optional) -> out (B, N, D), present_k/present_v (B, H, P+N, dh)."""
+    keys = torch.cat([past_k, split_heads(k, n_heads)], dim=2)
+    values = torch.cat([past_v, split_heads(v, n_heads)], dim=2)
     past, new = past_k.shape[2], q.shape[1]
     q_pos = torch.arange(new, device=q.device) + past
-    keep = torch.arange(past + new, device=q.device)[None, :] <= q_pos[:, None]  # (N, P+N)
-    return _attend(_split(q, n_heads), keys, values, keep), keys, values
+    mask = torch.arange(past + new, device=q.device)[None, :] <= q_pos[:, None]  # (N, P+N)
+    if keep is not None:
+        mask = mask[None, None] & keep.bool()[:, None, None, :]  # (B, 1, N, P+N)
+    return attend_heads(split_heads(q, n_heads), keys, values, mask, bias), keys, values
 
 
 @cached_self_attention.register_fake
@@ -80,13 +103,7 @@ def masked_self_attention(
 
     keep (B, P+N) int32, 1 at slots a row may attend to (the causal rule still applies) ->
     out (B, N, D), present_k/present_v (B, H, P+N, dh)."""
-    keys = torch.cat([past_k, _split(k, n_heads)], dim=2)
-    values = torch.cat([past_v, _split(v, n_heads)], dim=2)
-    past, new = past_k.shape[2], q.shape[1]
-    q_pos = torch.arange(new, device=q.device) + past
-    causal = torch.arange(past + new, device=q.device)[None, :] <= q_pos[:, None]  # (N, P+N)
-    mask = causal[None, None] & keep.bool()[:, None, None, :]  # (B, 1, N, P+N)
-    return _attend(_split(q, n_heads), keys, values, mask), keys, values
+    return cached_reference(q, k, v, past_k, past_v, keep, None, n_heads)
 
 
 @masked_self_attention.register_fake
@@ -103,8 +120,8 @@ def padded_attention(q: Tensor, k: Tensor, v: Tensor, keep: Tensor, n_heads: int
     q (B, T, D); k/v (B, S, D) projected, or (B, H, S, dh) already split into heads;
     keep (B, S) int32, 1 at real keys -> out (B, T, D) before the output projection."""
     if k.dim() == 3:
-        k, v = _split(k, n_heads), _split(v, n_heads)
-    return _attend(_split(q, n_heads), k, v, keep.bool()[:, None, None, :])
+        k, v = split_heads(k, n_heads), split_heads(v, n_heads)
+    return attend_heads(split_heads(q, n_heads), k, v, keep.bool()[:, None, None, :])
 
 
 @padded_attention.register_fake
@@ -132,6 +149,26 @@ def in_place_self_attention(
     indirection (B/W, W, M) int32: row n*W + w reads position t from buffer row
     n*W + indirection[n, w, t] (only read with W > 1) -> out (B, 1, D), and the buffers with
     the new key and value written at position P of each row (in ONNX the same memory)."""
+    return in_place_reference(
+        q, k, v, keep, None, cache_k, cache_v, past_len, beam_width, indirection, n_heads
+    )
+
+
+def in_place_reference(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    keep: Tensor,
+    bias: Tensor | None,
+    cache_k: Tensor,
+    cache_v: Tensor,
+    past_len: Tensor,
+    beam_width: Tensor,
+    indirection: Tensor,
+    n_heads: int,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The arithmetic of the in-place ops (see `in_place_self_attention`), `bias` (1 or B,
+    H, 1, P+1) added to the scores when given."""
     past, width = int(past_len.reshape(-1)[0]), int(beam_width.reshape(-1)[0])
     rows = torch.arange(q.shape[0], device=q.device)
     if width > 1:  # (B, P): the buffer row holding each row's position t
@@ -140,10 +177,10 @@ def in_place_self_attention(
     else:
         held = rows[:, None].expand(-1, past)
     positions = torch.arange(past, device=q.device)
-    new_k, new_v = _split(k, n_heads), _split(v, n_heads)  # (B, H, 1, dh)
+    new_k, new_v = split_heads(k, n_heads), split_heads(v, n_heads)  # (B, H, 1, dh)
     keys = torch.cat([cache_k[held, :, positions].transpose(1, 2), new_k], dim=2)
     values = torch.cat([cache_v[held, :, positions].transpose(1, 2), new_v], dim=2)
-    out = _attend(_split(q, n_heads), keys, values, keep.bool()[:, None, None, :])
+    out = attend_heads(split_heads(q, n_heads), keys, values, keep.bool()[:, None, None, :], bias)
     present_k, present_v = cache_k.clone(), cache_v.clone()
     present_k[:, :, past] = new_k[:, :, 0]
     present_v[:, :, past] = new_v[:, :, 0]

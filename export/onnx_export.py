@@ -42,6 +42,7 @@ from .external_data import (
     stream_weights,
 )
 from .fused_ops import TRANSLATIONS
+from .fused_relative_ops import TRANSLATIONS as RELATIVE_TRANSLATIONS
 
 MIN_OPSET = 18  # oldest opset the exporter's translations are tested with
 
@@ -130,8 +131,9 @@ def _export(
     """Run the dynamo exporter quietly and return the model: its weights embedded, or, with
     `path`, when they reach the external data threshold, already written to `path`'s data
     file (`stream_weights`) and referenced from there. The fused wrappers' attention ops are
-    translated by `fused_ops.TRANSLATIONS`. ExportError when the exporter fails (an operation
-    or layout it cannot translate) or memory runs out."""
+    translated by `fused_ops.TRANSLATIONS` (and `fused_relative_ops`' for a score bias).
+    ExportError when the exporter fails (an operation or layout it cannot translate) or
+    memory runs out."""
     if opset is not None and opset < MIN_OPSET:
         raise ExportError(f"opset {opset} is too old; use --opset {MIN_OPSET} or newer")
     try:
@@ -174,7 +176,7 @@ def _run_exporter(
             dynamic_shapes=dynamic_shapes,
             opset_version=opset,
             optimize=True,
-            custom_translation_table=TRANSLATIONS,
+            custom_translation_table=TRANSLATIONS | RELATIVE_TRANSLATIONS,
         )
         return program
 

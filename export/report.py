@@ -244,7 +244,18 @@ def steps_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str,
         check = f"{precision} steps decoder: {entry['rows']} rows at different positions = alone"
         result = ("ok" if entry["passed"] else "FAIL") if precision == "fp32" else "report"
         rows.append(("2", check, f"{entry['max_abs_diff']:.1e}", result))
+        rows += _noise_row("2", entry)
     return rows
+
+
+def _noise_row(level: str, entry: dict[str, Any]) -> list[tuple[str, str, str, str]]:
+    """The bound row of a variant group's fp32 entry bounded by the model's float32 error
+    (export/kinds/seq2seq/float64_noise.py `bound_of`), or none."""
+    if "float64_noise" not in entry:
+        return []
+    error, factor = entry["float64_noise"], entry["noise_factor"]
+    check = f"  bound: {factor:g} x torch's float32 error {error:.1e} (and the tolerance)"
+    return [(level, check, f"{entry['bound']:.1e}", "")]
 
 
 def in_place_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str, str]]:
@@ -259,6 +270,7 @@ def in_place_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, s
         result = ("ok" if entry["passed"] else "FAIL") if precision == "fp32" else "report"
         value = f"{entry['identical_rows']}/{entry['rows']}"
         rows.append(("3", check, value, result))
+        rows += _noise_row("3", entry)
     return rows
 
 
@@ -278,6 +290,10 @@ def source_parity_rows(group: dict[str, Any] | None) -> list[tuple[str, str, str
         tol = group["level1"]["tolerance"]
         check = f"  bound: {tol:.0e} + torch's own cached vs uncached {noise:.1e}"
         rows.append(("", check, f"{bound:.1e}", ""))
+        if "float64_noise" in group["level1"]:
+            error, factor = group["level1"]["float64_noise"], group["level1"]["noise_factor"]
+            check = f"  or {tol:.0e} + {factor:g} x torch's float32 error {error:.1e}"
+            rows.append(("", check, f"{bound:.1e}", ""))
     for name in ("greedy", "beam"):
         entry = group["level3"][name]
         ties = f" + {entry['near_ties']} near ties" if entry["near_ties"] else ""

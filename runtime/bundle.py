@@ -54,6 +54,16 @@ class Bundle:
     languages: Languages | None = None  # a multilingual model's codes (runtime/languages.py)
     # the source's generation settings, GenerationOptions fields (docs/bundle.md), or None
     generation: dict[str, Any] | None = None
+    # task name -> the text put before every input for it (T5's task_specific_params)
+    task_prefixes: dict[str, str] = dataclass_field(default_factory=dict)
+
+    def task_prefix(self, task: str) -> str:
+        """The text put before every input for `task`; OptionsError (one line, listing the
+        bundle's tasks) when the bundle has no such task."""
+        if task not in self.task_prefixes:
+            known = ", ".join(sorted(self.task_prefixes)) or "none (it records no task prefixes)"
+            raise OptionsError(f"unknown task {task!r}; this bundle's tasks: {known}")
+        return self.task_prefixes[task]
 
     @property
     def default_variant(self) -> str:
@@ -213,9 +223,25 @@ def load_bundle(path: str | Path) -> Bundle:
     except BundleError as exc:
         raise BundleError(f"{path}: {exc}") from None
     generation = read_generation(data.get("generation"), config_path=path / C.CONFIG_FILE)
+    prefixes = read_task_prefixes(data.get("task_prefixes"), path / C.CONFIG_FILE)
     return Bundle(
-        path, config, tokenizers, manifest, variants, data.get("task"), extra, languages, generation
-    )
+        path, config, tokenizers, manifest, variants, data.get("task"), extra, languages,
+        generation, prefixes,
+    )  # fmt: skip
+
+
+def read_task_prefixes(data: Any, config_path: Path) -> dict[str, str]:
+    """config.json's "task_prefixes" object (empty when absent), checked: task name -> the
+    text put before each input."""
+    if data is None:
+        return {}
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in data.items()
+    ):
+        raise BundleError(
+            f'{config_path}: "task_prefixes" is not an object of texts; re-export the bundle'
+        )
+    return dict(data)
 
 
 def read_generation(data: Any, config_path: Path) -> dict[str, Any] | None:

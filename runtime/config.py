@@ -36,6 +36,9 @@ BLOCK_DEFAULTS |= {"relative_buckets": 32, "relative_max_distance": 128}
 BLOCK_DEFAULTS |= {"head_dim": None}  # heads of another width than d_model / n_heads
 OPTIONAL_DEFAULTS = {**IMPORT_DEFAULTS, **BLOCK_DEFAULTS}
 
+# Positional "relative" has no table: a cap only so that a runaway input or generation is
+# refused before memory runs out (one (B, H, T, dh) cache per layer grows with it).
+RELATIVE_MAX_POSITIONS = 65_536
 MIN_MAX_LEN = 4  # the export traces past_len 2 + new_len 2 (runtime: past_len + new_len <= max_len)
 
 
@@ -91,6 +94,14 @@ class ModelConfig:
     def d_head(self) -> int:
         """Width of one attention head: head_dim, by default d_model / n_heads."""
         return self.head_dim if self.head_dim is not None else self.d_model // self.n_heads
+
+    @property
+    def max_positions(self) -> int:
+        """Positions a source or a target may use: max_len, the rows of the positional
+        table, or for positional "relative" (T5's: no table; distances past
+        relative_max_distance share one bucket) RELATIVE_MAX_POSITIONS, as transformers lets
+        T5 run past n_positions. max_len stays the default budget of a generation."""
+        return RELATIVE_MAX_POSITIONS if self.positional == "relative" else self.max_len
 
     @property
     def has_final_norm(self) -> bool:

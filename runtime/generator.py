@@ -216,12 +216,12 @@ class Generator:
     def encode(self, text: str, truncate: bool = False, source_lang: str | None = None) -> Source:
         """Token ids of normalised `text` plus `</s>`, after `<s>` when config.source_bos and
         the source language's token for a multilingual model (`source_lang`, default the
-        model's). Longer than max_len:
-        InputTooLongError, or with `truncate` the tokens are cut so that they fill max_len.
+        model's). Longer than max_len (`ModelConfig.max_positions`: positional "relative" has
+        no table): InputTooLongError, or with `truncate` the tokens are cut to fit.
         No known symbol: a Source marked `skipped` (never too long)."""
         ids, unknown = self.tokenize(text)
         prefix = self._source_prefix(source_lang)
-        limit = self.config.max_len - len(prefix)
+        limit = self.config.max_positions - len(prefix)
         eos = self.config.eos_id
         if not ids or len(unknown) == len(ids):
             skipped = "unknown" if ids else "empty"
@@ -230,19 +230,25 @@ class Generator:
         if truncated and not truncate:
             raise InputTooLongError(
                 f"input has {len(prefix) + len(ids) + 1} source tokens with </s> but the "
-                f"model's max_len is {self.config.max_len}; shorten it or pass truncate=True"
+                f"model's max_len is {self.config.max_positions}; shorten it or pass truncate=True"
             )
         return Source((*prefix, *ids[: limit - 1], eos), truncated, unknown)
+
+    def task_text(self, text: str, options: GenerationOptions) -> str:
+        """`text` after the prefix of `options.task` (the bundle's task_prefixes), as
+        transformers' pipelines put it before T5's inputs; `text` itself without a task."""
+        return text if options.task is None else self.bundle.task_prefix(options.task) + text
 
     def encode_input(self, text: str, options: GenerationOptions) -> Source:
         """`encode` of `text` as resolved `options` run it: with split_sentences, the joined
         Source of its sentences (`Source.joined`), each checked against max_len
         (InputTooLongError naming the sentence)."""
         if not options.split_sentences:
-            return self.encode(text, options.truncate, options.source_lang)
+            return self.encode(self.task_text(text, options), options.truncate, options.source_lang)
         encoded = []
         for number, sentence in enumerate(sentences(text, splitter_language(options.source_lang))):
             try:
+                sentence = self.task_text(sentence, options)
                 encoded.append(self.encode(sentence, options.truncate, options.source_lang))
             except InputTooLongError as exc:
                 raise InputTooLongError(f"sentence {number + 1}: {exc}") from None
@@ -269,8 +275,13 @@ class Generator:
             if getattr(options, name) and self.config.architecture != "encoder-decoder":
                 raise OptionsError(f"{name} applies to encoder-decoder bundles only")
         options = options.filled(self.bundle.generation)
+        if options.task is not None:
+            if self.config.architecture != "encoder-decoder":
+                raise OptionsError("task applies to encoder-decoder bundles only")
+            self.bundle.task_prefix(options.task)  # OptionsError naming the known tasks
         forced_ids, budget = len(self.target_prefix(options)), options.max_new_tokens
-        budget = self.config.max_len if budget is None else min(budget, self.config.max_len)
+        cap = self.config.max_positions  # past max_len for positional "relative"
+        budget = self.config.max_len if budget is None else min(budget, cap)
         if forced_ids >= budget:
             raise OptionsError(
                 f"the forced target prefix takes {forced_ids} of the {budget} tokens an "
@@ -296,20 +307,26 @@ class Generator:
         return Candidate(text, hyp.tokens, hyp.score, hyp.logprob, hyp.finished)
 
     def generate(
-        self, texts: Sequence[str], options: GenerationOptions | None = None
+        self,
+        texts: Sequence[str],
+        options: GenerationOptions | None = None,
+        *,
+        task: str | None = None,
     ) -> list[Result]:
         """One Result per text, in order (batched as the module docstring says; skipped
         inputs get `Result.skipped_result`). Raises InputTooLongError naming the first
-        over-long input (index from 0) unless options.truncate."""
+        over-long input (index from 0) unless options.truncate. `task`: a task of the
+        bundle's task_prefixes, whose prefix goes before every text (as options.task)."""
         if isinstance(texts, str):
             raise OptionsError("generate() takes a list of texts; wrap a single text in [ ]")
-        options = self.resolve(options or GenerationOptions())
+        options = options or GenerationOptions()
+        options = self.resolve(replace(options, task=task) if task is not None else options)
         if options.split_sentences:
             return self._generate_sentences(texts, options)
         sources = []
         for index, text in enumerate(texts):
             try:
-                sources.append(self.encode(text, options.truncate, options.source_lang))
+                sources.append(self.encode_input(text, options))
             except InputTooLongError as exc:
                 raise InputTooLongError(f"input {index}: {exc}") from None
         self.uses_graph(options)  # search "graph" refuses options it cannot run, up front
@@ -359,12 +376,15 @@ class Generator:
             start += len(part)
         return out
 
-    def stream(self, text: str, options: GenerationOptions | None = None) -> Iterator[str]:
+    def stream(
+        self, text: str, options: GenerationOptions | None = None, *, task: str | None = None
+    ) -> Iterator[str]:
         """Yield the text pieces of one input's output as tokens are chosen (greedy or
         sampling; beam search decides only at the end). The pieces join to the text of
         `generate([text], options)[0]`. Errors (too long, beam, a model whose default is
-        beam search, split_sentences) raise at the call."""
-        options = self.resolve(options or GenerationOptions())
+        beam search, split_sentences) raise at the call. `task` as for `generate`."""
+        options = options or GenerationOptions()
+        options = self.resolve(replace(options, task=task) if task is not None else options)
         if options.method == "beam":
             raise OptionsError(
                 "stream() yields each token as it is chosen, which beam search cannot do "
@@ -373,7 +393,7 @@ class Generator:
             )
         if options.split_sentences:
             raise OptionsError("stream() yields one input's tokens: drop split_sentences")
-        source = self.encode(text, options.truncate, options.source_lang)
+        source = self.encode(self.task_text(text, options), options.truncate, options.source_lang)
         if source.skipped:
             return iter(())
         if options.sample:

@@ -94,7 +94,7 @@ class GraphSearch:
 
     def __init__(self, session: ort.InferenceSession, config: ModelConfig) -> None:
         self.session, self.config = session, config
-        self.max_len = config.max_len
+        self.max_len, self.max_positions = config.max_len, config.max_positions
         names = {i.name for i in session.get_inputs()}
         missing = [name for name in C.SEARCH_INPUT_NAMES if name not in names]
         if missing:

@@ -75,6 +75,9 @@ class GenerationOptions:
     # text every output starts with: its target-tokenizer ids forced after the target language
     target_prefix: str | None = None
     split_sentences: bool = False  # generate each sentence of an input, joined (sentences.py)
+    # a task of the bundle's task_prefixes (T5's task_specific_params): its text goes before
+    # every input (each sentence with split_sentences)
+    task: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.bad_words_ids, (list, tuple)):  # JSON gives lists: keep it hashable

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .step import StepModel, StepState, WrappedState
+from .step import StepModel, StepState, WrappedState, max_positions
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class ForcedPrefix:
         self.model = model
         self.prefixes = np.asarray(prefixes, dtype=np.int64).reshape(len(prefixes), -1)
         self.max_len, self.vocab_size = model.max_len, model.vocab_size
+        self.max_positions = max_positions(model)
         self.bos_id, self.eos_id, self.pad_id = model.bos_id, model.eos_id, model.pad_id
         self.top_width = getattr(model, "top_width", 0)
         # the wrapped step's values are log-probabilities (runtime/rules.py): so are the forced

@@ -31,7 +31,7 @@ import numpy as np
 
 from .options import GenerationOptions
 from .prefix import ForcedPrefix
-from .step import StepModel, WrappedState
+from .step import StepModel, WrappedState, max_positions
 
 
 def log_softmax(logits: np.ndarray) -> np.ndarray:
@@ -59,6 +59,7 @@ class Constrained:
     def __init__(self, model: StepModel, options: GenerationOptions, budget: int) -> None:
         self.model = model
         self.max_len, self.vocab_size = model.max_len, model.vocab_size
+        self.max_positions = max_positions(model)
         self.bos_id, self.eos_id, self.pad_id = model.bos_id, model.eos_id, model.pad_id
         self.ngram = options.no_repeat_ngram_size or 0
         self.min_new = options.min_new_tokens or 0

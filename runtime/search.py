@@ -28,7 +28,7 @@ from .options import MAX_LENGTH_PENALTY as MAX_LENGTH_PENALTY
 from .options import GenerationOptions
 from .ranking import ranked
 from .rules import log_softmax, with_rules
-from .step import StepModel, StepState
+from .step import StepModel, StepState, max_positions
 
 # (logits float32 (B, V), original row index of each live row (B,)) -> token ids int64 (B,)
 Chooser = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -74,16 +74,20 @@ def to_logprobs(model: StepModel, logits: np.ndarray) -> np.ndarray:
 
 def check_source_length(model: StepModel, src_ids: np.ndarray) -> None:
     """Refuse a source longer than the model's positional table."""
-    if src_ids.shape[1] > model.max_len:
+    if src_ids.shape[1] > max_positions(model):
         raise InputTooLongError(
-            f"source has {src_ids.shape[1]} tokens but the model's max_len is {model.max_len}; "
+            f"source has {src_ids.shape[1]} tokens but the model's max_len is "
+            f"{max_positions(model)}; "
             "shorten the input or pass truncate=True"
         )
 
 
 def step_budget(model: StepModel, max_new_tokens: int | None) -> int:
-    """Decoder steps allowed: max_new_tokens, at most one per target position."""
-    return model.max_len if max_new_tokens is None else min(max_new_tokens, model.max_len)
+    """Decoder steps allowed: max_new_tokens (default max_len), at most one per target
+    position (`max_positions`: past max_len for positional "relative")."""
+    if max_new_tokens is None:
+        return model.max_len
+    return min(max_new_tokens, max_positions(model))
 
 
 # -- greedy and sampling: one token per live row per step --------------------------------------

@@ -55,11 +55,19 @@ class WrappedState:
         return int(self.inner.past_len)
 
 
+def max_positions(model: object) -> int:
+    """Positions a source or a generation of `model` (a StepModel) may use: its
+    `max_positions` where it has one (ModelConfig.max_positions), else its max_len."""
+    return int(getattr(model, "max_positions", None) or model.max_len)  # type: ignore[attr-defined]
+
+
 @runtime_checkable
 class StepModel(Protocol):
     """An encoder–decoder that search can drive one step at a time."""
 
-    max_len: int  # positional table rows: past_len + new_len must stay <= max_len
+    max_len: int  # positional table rows (past_len + new_len <= it), the default budget
+    # Optional: `max_positions`, past max_len where the model has no table (positional
+    # "relative", T5's): the cap on sources and generations (`max_positions` below).
     vocab_size: int  # target vocabulary size (logits width)
     bos_id: int  # the token search feeds first (ModelConfig.start_id)
     eos_id: int

@@ -8,7 +8,8 @@
 The tokenizer is transformers' T5Tokenizer over a SentencePiece Unigram model trained here on
 hf_fixtures.synthetic_corpus (its pieces, scores and precompiled normaliser, behind T5's
 `<pad>` `</s>` `<unk>`, plus EXTRA_IDS sentinels), saved with `save_pretrained`
-(tokenizer.json + tokenizer_config.json). v1.0: ReLU feed-forward, output tied to the shared
+(tokenizer.json + tokenizer_config.json); config.json has t5-small's task_specific_params
+(TASK_PARAMS). v1.0: ReLU feed-forward, output tied to the shared
 embedding and scaled by d_model^-0.5, T5's 32 buckets up to distance 128. v1.1: gated-GELU
 feed-forward, a separate lm_head.weight and `tie_word_embeddings: false` in config.json as
 Flan-T5's files have them (transformers 5 writes neither itself), 8 buckets up to distance 20,
@@ -30,6 +31,12 @@ from hf_fixtures import SPECIAL_PIECES, synthetic_corpus, train_spm, train_to_co
 EXTRA_IDS = 10
 EXTRA_ROWS = 3
 N_POSITIONS = 64
+# as t5-small's config.json has them (the prefixes that transformers' pipelines add)
+TASK_PARAMS = {
+    "summarization": {"prefix": "summarize: ", "max_length": 200, "num_beams": 4},
+    "translation_en_to_de": {"prefix": "translate English to German: ", "max_length": 300},
+    "translation_en_to_fr": {"prefix": "translate English to French: ", "max_length": 300},
+}
 
 
 def t5_vocab(model: bytes) -> tuple[list[tuple[str, float]], bytes]:
@@ -54,8 +61,12 @@ def build_t5_dir(
     heads: int = 4,
     seed: int = 0,
     copy_steps: int = 0,
+    initializer_factor: float = 1.0,
+    n_positions: int = N_POSITIONS,
 ) -> Path:
-    """Write a tiny T5 checkpoint of `version` "1.0" or "1.1" into `path` (created)."""
+    """Write a tiny T5 checkpoint of `version` "1.0" or "1.1" into `path` (created);
+    `initializer_factor` scales T5's initial weights (5.0: logits in the hundreds), and
+    `n_positions` goes into config.json (T5 itself has no limit there)."""
     import torch
     from safetensors.torch import load_file, save_file
     from transformers import T5Config, T5ForConditionalGeneration, T5Tokenizer
@@ -74,7 +85,7 @@ def build_t5_dir(
         feed_forward_proj="gated-gelu" if v11 else "relu", tie_word_embeddings=not v11,
         relative_attention_num_buckets=8 if v11 else 32,
         relative_attention_max_distance=20 if v11 else 128,
-        dropout_rate=0.0, decoder_start_token_id=0,
+        dropout_rate=0.0, decoder_start_token_id=0, initializer_factor=initializer_factor,
     )  # fmt: skip
     torch.manual_seed(seed)
     model = T5ForConditionalGeneration(config).eval()
@@ -84,7 +95,8 @@ def build_t5_dir(
         train_to_copy(model, tokenizer, copy_steps, seed, lambda: None)
     model.save_pretrained(path)
     config_json: dict[str, Any] = json.loads((path / "config.json").read_text())
-    config_json["n_positions"] = N_POSITIONS  # as t5-small's config.json has it (512)
+    config_json["n_positions"] = n_positions  # as t5-small's config.json has it (512)
+    config_json["task_specific_params"] = TASK_PARAMS
     if v11:
         del config_json["scale_decoder_outputs"]
         config_json["tie_word_embeddings"] = False

@@ -23,18 +23,19 @@ pytest.importorskip("sentencepiece", reason="the test trains a SentencePiece mod
 from click.testing import CliRunner
 from hf_fixtures import synthetic_corpus
 from safetensors.torch import load_file
-from t5_fixtures import EXTRA_ROWS, build_t5_dir
+from t5_fixtures import EXTRA_ROWS, TASK_PARAMS, build_t5_dir
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, T5Tokenizer
 
 from edgeseq.build_model.torch_step import TorchStep
 from edgeseq.cli.main import cli, main
 from edgeseq.export.sources import SourceError, detect_adapter
 from edgeseq.export.sources.marian import SUPPRESSED
-from edgeseq.export.sources.t5 import load
+from edgeseq.export.sources.t5 import load, to_edgeseq
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.generator import Generator
 from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import GenerationOptions, beam_search, greedy_search
+from edgeseq.runtime.serve.live_batch import LiveBatch, StepsDecoder
 
 MAX_NEW = 20
 TEXTS = ["Straße naïve façade", "the quick brown fox", "λόγος", "Hello world, 42!"]
@@ -56,6 +57,7 @@ def sources(t5_dirs: dict[str, Path]) -> dict[str, Any]:
 def bundle(t5_dirs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("t5") / "bundle"
     args = ["export", str(t5_dirs["1.1"]), "--out", str(out), "--inputs", "60"]  # module < 90 s
+    args += ["--variants", "fp32,steps,inplace,search"]  # fused, with the relative bias
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     return out
@@ -152,23 +154,67 @@ def test_bundle_generates_the_sources_text(bundle: Path, t5_dirs: dict[str, Path
     assert (config["positional"], config["ffn"], config["relative_buckets"]) == (
         "relative", "gated", 8,
     )  # fmt: skip
-    for file in (C.ENCODER_FILE, C.DECODER_FILE):  # standard operators (relative positions)
-        assert {n.domain or "ai.onnx" for n in onnx.load(bundle / file).graph.node} == {"ai.onnx"}
-    group = json.loads((bundle / C.MANIFEST_FILE).read_text())["parity"]["source"]
+    files = {  # fused attention with the relative position bias as attention_bias
+        C.ENCODER_FILE: "MultiHeadAttention", C.DECODER_FILE: "MultiHeadAttention",
+        C.STEPS_FILES["fp32"]: "MultiHeadAttention",
+        C.IN_PLACE_FILES["fp32"]: "DecoderMaskedMultiHeadAttention",
+    }  # fmt: skip
+    for file, op_type in files.items():
+        nodes = [n for n in onnx.load(bundle / file).graph.node if n.op_type == op_type]
+        biased = [n for n in nodes if len(n.input) > 5 and n.input[5]]  # attention_bias fed
+        assert len(biased) == 2  # each self-attention of the 2 layers
+    parity = json.loads((bundle / C.MANIFEST_FILE).read_text())["parity"]
+    group = parity["source"]
     assert group["passed"] and group["level3"]["beam"]["identical"] > 0
+    assert all(parity[key]["passed"] for key in ("steps", "inplace", "search"))
     hf = AutoTokenizer.from_pretrained(t5_dirs["1.1"])
     model = AutoModelForSeq2SeqLM.from_pretrained(t5_dirs["1.1"]).eval()
-    gen = Generator.load(bundle)
+    loop = Generator.load(bundle, search="loop")  # beam: the in-place decoder
+    graph = Generator.load(bundle, search="graph")  # the one-graph BeamSearch
+    assert loop.in_place is not None
     for beam in (1, 4):
         batch = hf(TEXTS, return_tensors="pt", padding=True)
         options = {"num_beams": beam, "early_stopping": True} if beam > 1 else {}
         out = model.generate(**batch, max_new_tokens=MAX_NEW, **options)
         want = hf.batch_decode(out, skip_special_tokens=True)
         opts = GenerationOptions(max_new_tokens=MAX_NEW, beam_size=beam)
-        assert [r.text for r in gen.generate(TEXTS, opts)] == want
+        for gen in (loop, graph):
+            assert [r.text for r in gen.generate(TEXTS, opts)] == want, (gen.search_mode, beam)
         args = ["generate", str(bundle), *TEXTS, "--max-new-tokens", str(MAX_NEW)]
         result = CliRunner().invoke(cli, [*args, "--beam", str(beam)])
         assert result.exit_code == 0 and result.stdout.splitlines() == want, result.output
+
+
+def test_steps_decoder_rows_at_different_positions_give_the_sources_ids(
+    bundle: Path, sources: dict
+) -> None:
+    """Greedy through the step-batching decoder, one row joining per step (each row at its
+    own position, the relative bias of its own slots) = transformers' greedy ids."""
+    source = sources["1.1"]
+    ids = inputs(source)[:8]
+    want = source.reference.generate(ids, 1, MAX_NEW)
+    steps = StepsDecoder.open(Generator.load(bundle, search="loop"))
+    assert steps is not None
+    batch, cfg = LiveBatch(steps), steps.config
+    got: dict[int, list[int]] = {}
+    row_of: dict[int, int] = {}  # slot -> input
+    last = np.zeros(0, dtype=np.int64)
+    while len(got) < len(ids) or row_of:
+        if len(got) < len(ids):
+            (slot,) = batch.join([ids[len(got)]])
+            row_of[slot], got[len(got)] = len(got), []
+            last = np.resize(last, batch.rows)
+            last[slot] = cfg.bos_id
+        chosen = batch.step(last).argmax(-1)
+        for slot, row in list(row_of.items()):
+            token = int(chosen[slot])
+            if token != cfg.eos_id:
+                got[row].append(token)
+            if token == cfg.eos_id or len(got[row]) == MAX_NEW:
+                batch.leave([slot])
+                del row_of[slot]
+            last[slot] = token
+    assert [got[i] for i in range(len(ids))] == want
 
 
 def test_mt5_model_type_maps_the_same(t5_dirs: dict[str, Path], tmp_path: Path) -> None:
@@ -256,3 +302,79 @@ def test_refuses_a_tokenizer_that_does_not_fit_the_weights(
         added["id"] = {1: 2, 2: 1}.get(added["id"], added["id"])
     (path / "tokenizer.json").write_text(json.dumps(data))
     _export_fails(path, tmp_path / "out", "have ids (0, 2, 1), not T5's (0, 1, 2)", capsys)
+
+
+def test_inputs_and_outputs_run_past_n_positions(tmp_path: Path) -> None:
+    """T5 has no positional table: with n_positions 8 (a v1.0, every group passing, steps
+    included), a 30-token source and 40 new tokens give transformers' ids (greedy and beam 4;
+    loop, in-place decoder and one-graph search); n_positions stays the default budget."""
+    path = build_t5_dir(tmp_path / "t5", version="1.0", n_positions=8)
+    out = tmp_path / "bundle"
+    args = ["export", str(path), "--out", str(out), "--inputs", "20"]
+    result = CliRunner().invoke(cli, [*args, "--variants", "fp32,steps,inplace,search"])
+    assert result.exit_code == 0, result.output
+    parity = json.loads((out / C.MANIFEST_FILE).read_text())["parity"]  # v1.0: each group
+    assert all(parity[key]["passed"] for key in ("source", "steps", "inplace", "search"))
+    hf = AutoTokenizer.from_pretrained(path)
+    model = AutoModelForSeq2SeqLM.from_pretrained(path).eval()
+    words = [line.split()[0] for line in synthetic_corpus("source", 40, seed=3)]
+    texts = [" ".join(words[:12]), " ".join(words[12:30])]
+    batch = hf(texts, return_tensors="pt", padding=True)
+    assert batch.input_ids.shape[1] > 8 * 3
+    loop = Generator.load(out, search="loop")
+    graph = Generator.load(out, search="graph")
+    for beam in (1, 4):
+        options = {"num_beams": beam, "early_stopping": True} if beam > 1 else {}
+        want = model.generate(**batch, max_new_tokens=40, **options)
+        expected = []  # edgeseq ids without the decoder start and </s>
+        for row in want[:, 1:].tolist():
+            expected.append(to_edgeseq(row[: row.index(1)] if 1 in row else row))
+        assert max(map(len, expected)) > 8 * 3
+        opts = GenerationOptions(max_new_tokens=40, beam_size=beam)
+        for gen in (loop, graph):
+            got = [list(r.token_ids) for r in gen.generate(texts, opts)]
+            assert got == expected, (gen.search_mode, beam)
+    default = loop.generate(texts[:1])[0]
+    assert len(default.token_ids) <= 8  # the default budget: n_positions
+
+
+def test_task_prefixes_from_the_checkpoint(
+    bundle: Path, t5_dirs: dict[str, Path], capsys: pytest.CaptureFixture
+) -> None:
+    """config.json's task_specific_params become the bundle's task_prefixes; a named task puts
+    its prefix before every input, with the same answer from the API, the CLI and the server
+    (transformers' on the prefixed texts); an unknown task is one line naming the known."""
+    from serve_client import generate, running
+
+    from edgeseq.runtime.errors import OptionsError
+    from edgeseq.runtime.serve.app import create_app
+
+    config = json.loads((bundle / C.CONFIG_FILE).read_text())
+    assert config["task_prefixes"] == {name: p["prefix"] for name, p in TASK_PARAMS.items()}
+    task = "translation_en_to_de"
+    hf = AutoTokenizer.from_pretrained(t5_dirs["1.1"])
+    model = AutoModelForSeq2SeqLM.from_pretrained(t5_dirs["1.1"]).eval()
+    prefixed = [TASK_PARAMS[task]["prefix"] + text for text in TEXTS]
+    out = model.generate(**hf(prefixed, return_tensors="pt", padding=True), max_new_tokens=MAX_NEW)
+    want = hf.batch_decode(out, skip_special_tokens=True)
+    gen = Generator.load(bundle)
+    opts = GenerationOptions(max_new_tokens=MAX_NEW)
+    assert [r.text for r in gen.generate(TEXTS, opts, task=task)] == want
+    assert [r.text for r in gen.generate(TEXTS, opts)] != want  # the prefix is what changed
+    args = ["generate", str(bundle), *TEXTS, "--max-new-tokens", str(MAX_NEW)]
+    result = CliRunner().invoke(cli, [*args, "--task", task])
+    assert result.exit_code == 0 and result.stdout.splitlines() == want, result.output
+    with running(create_app(gen)) as port:
+        status, body = generate(port, TEXTS, {"task": task, "max_new_tokens": MAX_NEW})
+        assert status == 200 and [r["output"] for r in body["results"]] == want, body
+        status, body = generate(port, TEXTS, {"task": "translation_en_to_xx"})
+        assert status == 422 and "summarization, translation_en_to_de" in str(body), body
+    known = "this bundle's tasks: summarization, translation_en_to_de, translation_en_to_fr"
+    with pytest.raises(OptionsError, match=f"unknown task 'translate'; {known}"):
+        gen.generate(TEXTS, task="translate")
+    code, err = run_main([*args, "--task", "translate"], capsys)
+    assert (
+        code == 1
+        and err.count("\n") == 1
+        and err.startswith(f"error: unknown task 'translate'; {known}")
+    ), err

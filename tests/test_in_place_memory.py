@@ -221,7 +221,7 @@ def test_beam_outputs_are_those_of_the_copying_step_model(loaded, monkeypatch, m
 def test_a_step_at_max_len_raises_and_releases_the_generation(loaded) -> None:
     gen, ref, make = loaded
     step = make()
-    step.max_len = 3  # buffers of 3 positions
+    step.max_len = step.max_positions = 3  # buffers of 3 positions
     state = step.start(_src(gen, ["abc"]))
     ids = np.full((1, 1), ref.bos_id, np.int64)
     for _ in range(3):
@@ -311,14 +311,14 @@ def test_failed_generations_release_their_slot(loaded) -> None:
     ids = np.full((3, 1), ref.bos_id, np.int64)
 
     def at_cache_end() -> None:
-        step.max_len = 1
+        step.max_len = step.max_positions = 1
         state = step.start(src)
         _, state = step.step(state, ids)
         try:
             step.step(state, ids)
         except CacheFullError as error:
             kept.append(error)  # kept: the slot was released by the step itself
-        step.max_len = ref.max_len
+        step.max_len, step.max_positions = ref.max_len, ref.max_positions
 
     def choose_fails(logits, rows):
         raise RuntimeError("chooser failed")

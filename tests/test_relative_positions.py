@@ -1,8 +1,9 @@
 """The block option `positional: "relative"` (T5's relative position bias): config.json
 unchanged without it, the refusals, the buckets of docs/blocks.md (= transformers' T5), the
 cached decoder step against the full decode, and a model trained a few steps by a recipe with
-it, exported (standard operators; int8 and the search graph) with parity levels 1-3; the
-variants that cannot carry the bias are refused naming the option."""
+it, exported with fused attention (the bias as onnxruntime's attention_bias) and every graph
+variant (int8, search, steps, inplace), each passing its parity group; unfused, the steps
+decoder carries the bias of its cache slots."""
 
 from __future__ import annotations
 
@@ -19,12 +20,14 @@ from edgeseq.build_model.checkpoint import load_checkpoint
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.build_model.relative import relative_bucket
 from edgeseq.build_model.train import Recipe, train
+from edgeseq.export.fused_ops import FUSED_OP
 from edgeseq.export.kinds.seq2seq.bundle import export_bundle
 from edgeseq.export.variants import VariantOptions
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
-from edgeseq.runtime.errors import ConfigError, OptionsError
+from edgeseq.runtime.errors import ConfigError
 from edgeseq.runtime.generator import Generator
+from edgeseq.runtime.search import GenerationOptions
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 OPTIONS = dict(positional="relative", relative_buckets=8, relative_max_distance=12)
@@ -129,11 +132,12 @@ def relative_run(small_reverse_task, small_recipe_factory, tmp_path_factory) -> 
     return out / "run"
 
 
-def test_trained_model_exports_with_parity_int8_and_search(relative_run: Path, tmp_path) -> None:
+def test_trained_model_exports_fused_with_every_graph_variant(relative_run: Path, tmp_path) -> None:
     model, tokenizers, _ = load_checkpoint(relative_run / "last")
     assert model.cfg.positional == "relative" and model.encoder_relative is not None
     bundle = tmp_path / "bundle"
-    export_bundle(model, tokenizers, bundle, variants=VariantOptions(("fp32", "int8", "search")))
+    names = ("fp32", "int8", "search", "steps", "inplace")
+    export_bundle(model, tokenizers, bundle, variants=VariantOptions(names))
     manifest = json.loads((bundle / C.MANIFEST_FILE).read_text())
     config = json.loads((bundle / C.CONFIG_FILE).read_text())["model"]
     assert (config["positional"], config["relative_buckets"]) == ("relative", 8)
@@ -141,18 +145,41 @@ def test_trained_model_exports_with_parity_int8_and_search(relative_run: Path, t
     assert parity["passed"] and all(parity[f"level{i}"]["passed"] for i in (1, 2, 3))
     assert max(parity["level1"]["max_abs_diff"].values()) < 1e-5
     assert parity["level3"]["identical"] == parity["level3"]["inputs"]
-    assert parity["search"]["passed"] and manifest["variants"]["int8"]["gate"]["passed"]
-    for file in (C.ENCODER_FILE, C.DECODER_FILE):  # standard operators: no fused attention
-        assert {n.domain or "ai.onnx" for n in onnx.load(bundle / file).graph.node} == {"ai.onnx"}
+    assert all(parity[key]["passed"] for key in ("search", "steps", "inplace"))
+    assert manifest["variants"]["int8"]["gate"]["passed"]
+    for file in (C.ENCODER_FILE, C.DECODER_FILE, C.STEPS_FILES["fp32"]):  # bias fed to MHA
+        nodes = [n for n in onnx.load(bundle / file).graph.node if n.op_type == FUSED_OP]
+        assert any(len(n.input) > 5 and n.input[5] for n in nodes), file
     loop = Generator.load(bundle, providers="cpu", threads=1, search="loop")
     graph = Generator.load(bundle, providers="cpu", threads=1, search="graph")
     texts = [r.text for r in loop.generate(WORDS)]
     assert texts == [r.text for r in graph.generate(WORDS)] and any(texts)
+    beam = GenerationOptions(beam_size=4)  # the loop's beam search: the in-place decoder
+    assert [r.text for r in loop.generate(WORDS, beam)] == [
+        r.text for r in graph.generate(WORDS, beam)
+    ]
 
 
-@pytest.mark.parametrize("variant", ["steps", "inplace"])
-def test_variants_without_the_bias_are_refused(relative_run: Path, tmp_path, variant) -> None:
+def test_unfused_steps_decoder_carries_the_bias_of_its_slots(relative_run: Path, tmp_path) -> None:
+    """--no-fuse: the steps graph in standard operators, rows at different positions."""
     model, tokenizers, _ = load_checkpoint(relative_run / "last")
-    with pytest.raises(OptionsError, match=f'variants {variant} are not built for positional "rel'):
-        export_bundle(model, tokenizers, tmp_path / "b", variants=VariantOptions(("fp32", variant)))
-    assert not (tmp_path / "b").exists()
+    bundle = tmp_path / "b"
+    variants = VariantOptions(("fp32", "steps"))
+    export_bundle(model, tokenizers, bundle, variants=variants, fuse=False)
+    parity = json.loads((bundle / C.MANIFEST_FILE).read_text())["parity"]
+    assert parity["steps"]["passed"] and parity["steps"]["fp32"]["max_abs_diff"] < 1e-5
+    graph = onnx.load(bundle / C.STEPS_FILES["fp32"]).graph
+    assert {n.domain or "ai.onnx" for n in graph.node} == {"ai.onnx"}
+
+
+def test_relative_models_have_no_table_cap_in_python_or_the_browser() -> None:
+    """ModelConfig.max_positions: max_len for a table, RELATIVE_MAX_POSITIONS for "relative";
+    runtime/web/edgeseq.mjs mirrors the constant (its `maxPositions`)."""
+    from edgeseq.runtime.config import RELATIVE_MAX_POSITIONS
+
+    cfg = ModelConfig(src_vocab_size=20, tgt_vocab_size=20, max_len=8)
+    assert cfg.max_positions == 8
+    relative = ModelConfig(src_vocab_size=20, tgt_vocab_size=20, max_len=8, **OPTIONS)
+    assert relative.max_positions == RELATIVE_MAX_POSITIONS > relative.max_len
+    web = (Path(__file__).parents[1] / "runtime" / "web" / "edgeseq.mjs").read_text()
+    assert f"export const RELATIVE_MAX_POSITIONS = {RELATIVE_MAX_POSITIONS};" in web

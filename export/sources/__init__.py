@@ -82,6 +82,8 @@ class SourceModel:
     languages: dict[str, Any] | None = None
     # the source's generation settings, a generation_config.GenerationRecord, None without any
     generation: Any = None
+    # task name -> the text put before each input for it (T5's task_specific_params)
+    task_prefixes: dict[str, str] | None = None
 
 
 def adapter_module(name: str) -> ModuleType:

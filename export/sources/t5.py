@@ -16,7 +16,8 @@ multiplied by sqrt(d_kv) instead (exact up to float32 rounding). The output is l
 when the file has one, else the shared table; when the checkpoint scales the decoder output
 by d_model^-0.5 (T5 v1.0's tied output: scale_decoder_outputs, else tie_word_embeddings not
 false) the scale is folded into the output weights. `max_len` is n_positions (512 when
-absent): T5 has no positional table, edgeseq refuses longer inputs.
+absent), the default token budget: T5 has no positional table, so sources and outputs may be
+longer, as in transformers (`ModelConfig.max_positions`).
 
 Ids: T5 numbers `<pad>` 0, `</s>` 1, `<unk>` 2 and has no `<s>`; decoding starts from
 `<pad>` (decoder_start_token_id). edgeseq adds `<s>` at id 1 (renumber.py) and shifts every
@@ -101,8 +102,9 @@ def load(path: Path, **options: Any) -> SourceModel:
     # T5's </s> is 1; edgeseq's added <s> (1) is never output
     generation = read_generation(path, lambda i: to_edgeseq([i])[0], 1, never_generated=(1,))
     return SourceModel(
-        model, tokenizers, None, NAME, description, reference, weights, generation=generation
-    )
+        model, tokenizers, None, NAME, description, reference, weights, generation=generation,
+        task_prefixes=task_prefixes(config),
+    )  # fmt: skip
 
 
 # -- config.json ------------------------------------------------------------------------------
@@ -169,6 +171,20 @@ def model_config(config: dict[str, Any]) -> ModelConfig:
         relative_max_distance=config["relative_attention_max_distance"],
         head_dim=None if d_kv * config["num_heads"] == config["d_model"] else d_kv,
     ).validate()
+
+
+def task_prefixes(config: dict[str, Any]) -> dict[str, str]:
+    """config.json's task_specific_params as task name -> prefix (e.g. translation_en_to_de
+    -> "translate English to German: "), the tasks that have a text prefix; a task's other
+    settings (max_length, num_beams, ...) are not carried over."""
+    params = config.get("task_specific_params") or {}
+    if not isinstance(params, dict):
+        raise SourceError("config.json task_specific_params is not an object: not mapped")
+    return {
+        str(name): entry["prefix"]
+        for name, entry in params.items()
+        if isinstance(entry, dict) and isinstance(entry.get("prefix"), str) and entry["prefix"]
+    }
 
 
 def scales_output(config: dict[str, Any]) -> bool:

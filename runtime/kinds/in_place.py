@@ -18,7 +18,8 @@ from into new ones) returns to the pool as soon as the new state is made; the re
 generation's slot, when its last state is gone, or at once when `step` or `select` fails. The
 pool keeps free buffers up to a cap, by default the bytes of a batch-32 beam-4 cache at
 max_len (`EDGESEQ_CACHE_POOL_MB` overrides it; 0 keeps none); `EDGESEQ_CACHE_GENERATIONS`
-(default 2) bounds the generations holding buffers at once. A step at position max_len raises
+(default 2) bounds the generations holding buffers at once. Buffers grow up to max_len
+(`max_positions`: past it for positional "relative"); a step at that position raises
 `CacheFullError` (the search's step budget stops before it).
 
 Rows are grouped in blocks of `width` (an input's hypotheses in beam search, 1 in greedy
@@ -126,12 +127,12 @@ class InPlaceStep(OrtStep):
 
     def start(self, src_ids: np.ndarray) -> InPlaceState:  # type: ignore[override]
         """Wait for a generation slot, run the encoder on src_ids int64 (B, S); empty buffers
-        of max(64, 2 S) positions (at most max_len), one row per block."""
+        of max(64, 2 S) positions (at most max_positions), one row per block."""
         lease = Lease(self.pool)
         try:
             first = super().start(src_ids)
             rows = first.batch
-            length = cache_length(self.max_len, src_ids.shape[1])
+            length = cache_length(self.max_positions, src_ids.shape[1])
             return InPlaceState(
                 first.cross_k, first.cross_v, first.src_mask, first.source_rows,
                 self.buffers(lease, rows, length), self.buffers(lease, rows, length), 0, 1,
@@ -142,8 +143,8 @@ class InPlaceStep(OrtStep):
             raise
 
     def grown(self, state: InPlaceState) -> InPlaceState:
-        """`state` with buffers twice as long (at most max_len), filled positions copied."""
-        length = min(self.max_len, 2 * state.cache_len)
+        """`state` with buffers twice as long (at most max_positions), filled positions copied."""
+        length = min(self.max_positions, 2 * state.cache_len)
         cache = []
         for old in (*state.cache_k, *state.cache_v):
             new = state.lease.take((*old.shape[:2], length, old.shape[3]), old.dtype)
@@ -222,7 +223,7 @@ class InPlaceStep(OrtStep):
         check_one_token(input_ids)
         check_live(state)
         try:
-            check_room(state.past, self.max_len)
+            check_room(state.past, self.max_positions)
             if state.past >= state.cache_len:
                 state = self.grown(state)
             return self._run(state, input_ids, heads)

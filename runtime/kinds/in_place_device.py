@@ -120,7 +120,7 @@ class InPlaceDeviceStep(OrtBoundStep):
         """Run the encoder on src_ids int64 (B, S) (cross K/V stay on the device); empty
         buffers of `cache_length` positions, one row per block."""
         first = super().start(src_ids)
-        rows, length = first.batch, cache_length(self.max_len, src_ids.shape[1])
+        rows, length = first.batch, cache_length(self.max_positions, src_ids.shape[1])
         return InPlaceDeviceState(
             first.cross_k, first.cross_v, first.src_mask, first.source_rows,
             self.buffers(rows, length), self.buffers(rows, length), 0, 1,
@@ -130,7 +130,7 @@ class InPlaceDeviceStep(OrtBoundStep):
     def grown(self, state: InPlaceDeviceState) -> InPlaceDeviceState:
         """`state` with buffers twice as long (at most max_len): the new columns are zeros
         (a `Pad` on the device)."""
-        length = min(self.max_len, 2 * state.cache_len)
+        length = min(self.max_positions, 2 * state.cache_len)
         cache = self.rows.pad([*state.cache_k, *state.cache_v], width=length)
         indirection = grown_indirection(state.indirection, state.past, length)
         source = (state.cross_k, state.cross_v, state.src_mask, state.source_rows)
@@ -179,7 +179,7 @@ class InPlaceDeviceStep(OrtBoundStep):
         check_one_token(input_ids)
         check_live(state)
         try:
-            check_room(state.past, self.max_len)
+            check_room(state.past, self.max_positions)
             if state.past >= state.cache_len:
                 state = self.grown(state)
             return self._run(state, input_ids, heads)

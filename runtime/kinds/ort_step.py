@@ -73,6 +73,7 @@ class OrtStep:
     ) -> None:
         self.encoder, self.decoder, self.config = encoder, decoder, config
         self.max_len, self.vocab_size = config.max_len, config.tgt_vocab_size
+        self.max_positions = config.max_positions  # past max_len for positional "relative"
         # bos_id: the token search feeds first (config.start_id, <s> unless the model starts
         # from another token)
         self.bos_id, self.eos_id, self.pad_id = config.start_id, config.eos_id, config.pad_id

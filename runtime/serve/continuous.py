@@ -230,7 +230,8 @@ class StepBatcher:
         gen, options = self.generator, job.options
         try:
             lang = options.source_lang
-            sources = [gen.encode(text, options.truncate, lang) for text in job.texts]
+            sources = [gen.encode(gen.task_text(text, options), options.truncate, lang)
+                       for text in job.texts]  # fmt: skip
             forced = tuple(gen.target_prefix(options))
         except EdgeseqError as exc:
             job.future.set_exception(exc)

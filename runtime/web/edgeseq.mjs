@@ -35,6 +35,8 @@ export { vocabularyFingerprint };
 
 /** Which graphs Bundle.load opens: the two-graph loop, the search graph, or both. */
 export const SEARCH_MODES = ["loop", "graph", "both"];
+// runtime/config.py RELATIVE_MAX_POSITIONS: positional "relative" has no table to cap positions
+export const RELATIVE_MAX_POSITIONS = 65536;
 
 async function fetchBytes(url) {
   let response;
@@ -207,10 +209,17 @@ export class Bundle {
     return { source, target };
   }
 
-  /** The tokens an output may have: `maxNewTokens` (else the bundle's default) within
-   * max_len. */
+  /** Positions a source or an output may use: max_len (the positional table's rows), or for
+   * positional "relative" (T5's: no table) RELATIVE_MAX_POSITIONS, as Python's
+   * ModelConfig.max_positions; max_len stays the default budget. */
+  get maxPositions() {
+    return this.model.positional === "relative" ? RELATIVE_MAX_POSITIONS : this.model.max_len;
+  }
+
+  /** The tokens an output may have: `maxNewTokens` (else the bundle's default, else max_len)
+   * within maxPositions. */
   budget(maxNewTokens = this.generation.maxNewTokens) {
-    return Math.min(maxNewTokens ?? this.model.max_len, this.model.max_len);
+    return Math.min(maxNewTokens ?? this.model.max_len, this.maxPositions);
   }
 
   /** The ids `generate` forces first for these per-call options (`prefixes().target`);
@@ -237,10 +246,10 @@ export class Bundle {
     const tokens = this.source.encode(text);
     if (tokens.every((id) => id === this.source.unkId)) return null;
     const ids = [...this.prefixes({ sourceLang }).source, ...tokens, this.model.eos_id];
-    if (ids.length > this.model.max_len) {
+    if (ids.length > this.maxPositions) {
       throw new BundleError(
         `input has ${ids.length} source tokens with </s> but the model's max_len is ` +
-          `${this.model.max_len}; shorten it`,
+          `${this.maxPositions}; shorten it`,
       );
     }
     return ids;

@@ -38,6 +38,7 @@ def export(source: SourceModel, out: str | Path, options: ExportOptions) -> dict
         source.model, source.tokenizers, out, options, task=source.task, held=held,
         reference=source.reference, languages=source.languages,
         generation=source.generation.settings if source.generation else None,
+        task_prefixes=source.task_prefixes,
     )  # fmt: skip
 
 

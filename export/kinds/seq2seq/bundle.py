@@ -17,14 +17,12 @@ with `force`. The format is documented in docs/bundle.md.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
-from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.errors import BundleError, OptionsError
 from edgeseq.runtime.manifest import write_manifest
 from edgeseq.runtime.tokenizer import TokenizerPair
@@ -45,17 +43,14 @@ from ...onnx_export import GraphInfo
 from ...options import ExportOptions, Progress
 from ...parity import add_group, check_group, check_parity, random_sources
 from ...sources import SourceReference
-from ...variants import VARIANT_NAMES, VariantOptions, check_supported
+from ...variants import VariantOptions
+from .float64_noise import ModelNoise
 from .graph_variants import VARIANT_EXPORTS, VariantContext, requested
 from .graphs import export_decoder, export_encoder
 from .parity import open_engine, run_parity
 from .precisions import build_variants
 from .source_parity import source_failure, source_parity
 from .top_parity import top_failure, top_parity
-
-# Variants whose decoder cannot carry positional "relative": the steps decoder's rows sit at
-# positions other than their cache slots; the in-place decoder is a fused operator.
-RELATIVE_UNSUPPORTED = ("steps", "inplace")
 
 
 def export_bundle(
@@ -94,6 +89,7 @@ def write_bundle(
     reference: SourceReference | None = None,
     languages: dict[str, Any] | None = None,
     generation: dict[str, Any] | None = None,
+    task_prefixes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Export `model` to a bundle directory `out` and return its manifest.
 
@@ -107,10 +103,10 @@ def write_bundle(
     `reference`, the model an import adapter mapped (export/sources/), adds the parity group
     against it (source_parity.py): the bundle must reproduce the original, not only `model`.
     `languages`, a multilingual import's language list, and `generation`, the source's
-    generation settings (export/sources/generation_config.py), go into config.json."""
+    generation settings (export/sources/generation_config.py), and `task_prefixes`, the text
+    each named task puts before an input (T5's task_specific_params), go into config.json."""
     out = Path(out)
     refuse_existing(out, options.force)
-    options = relative_options(model.cfg, options)
     extras = requested(options.variants.names)
     unfused = [v.key for v in extras if v.needs_fuse and not options.fuse]
     if unfused:
@@ -124,9 +120,8 @@ def write_bundle(
         held = with_languages(held, languages, tokenizers, model)
     model.eval()
     with atomic_directory(out) as tmp:
-        manifest = _write_into(
-            tmp, model, tokenizers, options, task, held, reference, languages, generation
-        )
+        extra = {"languages": languages, "generation": generation, "task_prefixes": task_prefixes}
+        manifest = _write_into(tmp, model, tokenizers, options, task, held, reference, **extra)
         if (out.exists() or out.is_symlink()) and not options.force:
             raise OutputExistsError(f"{out} appeared during the export; pass --force to replace it")
     options.say(f"wrote {out}")
@@ -143,6 +138,7 @@ def _write_into(
     reference: SourceReference | None,
     languages: dict[str, Any] | None = None,
     generation: dict[str, Any] | None = None,
+    task_prefixes: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Every step of `write_bundle` inside the (temporary) `directory`."""
     start = time.perf_counter()
@@ -171,8 +167,9 @@ def _write_into(
     options.say("write config, tokenizers, manifest")
     tokenizer_files = tokenizers.save(directory, model.cfg.max_len)
     config = bundle_config(
-        model.cfg, tokenizer_files, graphs, task, languages=languages, generation=generation
-    )
+        model.cfg, tokenizer_files, graphs, task, languages=languages, generation=generation,
+        task_prefixes=task_prefixes,
+    )  # fmt: skip
     write_json(directory / C.CONFIG_FILE, config)
     encoder = graphs["encoder"]
     needs = [C.MIN_ORT_FUSED_ATTENTION] if options.fuse else []
@@ -182,19 +179,6 @@ def _write_into(
     return write_manifest(
         directory, bundle_manifest(graphs, start, table, parity, min_ort, **extra)
     )
-
-
-def relative_options(cfg: ModelConfig, options: ExportOptions) -> ExportOptions:
-    """`options` for a model of `cfg`: with positional "relative" (T5's position bias, added
-    to the attention scores) the graphs are exported unfused (the fused attention operators
-    take no score bias), and the variants whose graphs cannot carry the bias are refused."""
-    if cfg.positional != "relative":
-        return options
-    supported = [n for n in VARIANT_NAMES if n not in RELATIVE_UNSUPPORTED]
-    check_supported(options.variants.names, supported, 'positional "relative"')
-    if options.fuse:
-        options.say('positional "relative": graphs exported with standard ONNX operators')
-    return replace(options, fuse=False)
 
 
 def export_graphs(
@@ -238,8 +222,8 @@ def prove_graphs(
         check_group(parity, "top", top_failure)
     if reference is not None:
         say(f"parity against the source model on {len(held.sources)} inputs")
-        noise = parity["level2"]["torch_cached_vs_uncached"]
-        group = source_parity(reference, engine, held, model.cfg, max_new_tokens, noise)
+        drift, noise = parity["level2"]["torch_cached_vs_uncached"], ModelNoise(model, held.sources)
+        group = source_parity(reference, engine, held, model.cfg, max_new_tokens, drift, noise)
         add_group(parity, "source", group)
         say(f"  source: {'passed' if group['passed'] else 'FAILED'} ({group['seconds']} s)")
         check_group(parity, "source", source_failure)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from edgeseq.runtime import graph_variants as runtime
 from edgeseq.runtime.tokenizer import TokenizerPair
 
 from ...heldout import HeldOut
+from .float64_noise import ModelNoise
 from .in_place_graph import write_in_place_graphs
 from .in_place_parity import in_place_failure, in_place_parity_group
 from .search_parity import search_failure, search_parity_group, write_search_graphs
@@ -64,6 +66,12 @@ class VariantContext:
     def limit(self) -> int:
         """The step budget of the parity decodes."""
         return self.max_new_tokens if self.max_new_tokens is not None else self.model.cfg.max_len
+
+    @cached_property
+    def noise(self) -> ModelNoise | None:
+        """The model's float32 logits error on the held-out inputs (measured when a group's
+        fp32 numbers miss the flat tolerance); None without held-out inputs."""
+        return ModelNoise(self.model, self.held.sources) if self.held is not None else None
 
 
 @dataclass(frozen=True)
@@ -108,7 +116,9 @@ def _write_steps(c: VariantContext) -> dict[str, Any]:
 
 def _steps_parity(c: VariantContext, precisions: list[str]) -> dict[str, Any]:
     assert c.held is not None, "parity needs the held-out inputs"
-    return steps_parity_group(c.directory, c.model.cfg, precisions, c.held.sources, c.progress)
+    return steps_parity_group(
+        c.directory, c.model.cfg, precisions, c.held.sources, c.progress, c.noise
+    )
 
 
 def _write_in_place(c: VariantContext) -> dict[str, Any]:
@@ -120,8 +130,9 @@ def _write_in_place(c: VariantContext) -> dict[str, Any]:
 def _in_place_parity(c: VariantContext, precisions: list[str]) -> dict[str, Any]:
     assert c.held is not None, "parity needs the held-out inputs"
     return in_place_parity_group(
-        c.directory, c.model.cfg, precisions, c.held.sources, c.max_new_tokens, c.progress
-    )
+        c.directory, c.model.cfg, precisions, c.held.sources, c.max_new_tokens, c.progress,
+        c.noise,
+    )  # fmt: skip
 
 
 VARIANT_EXPORTS: dict[str, VariantExport] = {

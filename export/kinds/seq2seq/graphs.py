@@ -42,9 +42,9 @@ def graph_dims(cfg: ModelConfig) -> dict[str, Dim]:
     """The dynamic axes, bounded by the positional table where positions are involved."""
     return {
         C.BATCH: Dim(C.BATCH, min=1),
-        C.SRC_LEN: Dim(C.SRC_LEN, min=1, max=cfg.max_len),
-        C.PAST_LEN: Dim(C.PAST_LEN, min=0, max=cfg.max_len),
-        C.NEW_LEN: Dim(C.NEW_LEN, min=1, max=cfg.max_len),
+        C.SRC_LEN: Dim(C.SRC_LEN, min=1, max=cfg.max_positions),
+        C.PAST_LEN: Dim(C.PAST_LEN, min=0, max=cfg.max_positions),
+        C.NEW_LEN: Dim(C.NEW_LEN, min=1, max=cfg.max_positions),
     }
 
 

@@ -32,6 +32,7 @@ from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 
 from ...fused_ops import in_place_self_attention
+from ...fused_relative_ops import biased_in_place_self_attention
 from ...onnx_export import GraphInfo, export_module
 from ...top_outputs import top_outputs_editor
 from .graphs import decoder_example, example_sizes, graph_dims
@@ -45,7 +46,8 @@ Progress = Callable[[str], None]
 
 class FusedInPlaceDecoder(FusedDecoderStep):
     """`FusedDecoderStep`'s graph (module names included, which int8 groups weights by) with
-    each self-attention one `in_place_self_attention` over the layer's buffers.
+    each self-attention one `in_place_self_attention` over the layer's buffers (with
+    positional "relative" `biased_in_place_self_attention`, fed the step's one score bias).
 
     Inputs: input_ids int64 [B, 1]; past_k.i/past_v.i float32 [B, H, M, dh] (the buffers,
     past_length positions filled); cross_k.i/cross_v.i [B, H, S, dh]; src_mask bool [B, S];
@@ -73,10 +75,19 @@ class FusedInPlaceDecoder(FusedDecoderStep):
         model, n_heads = self.model, self.model.cfg.n_heads
         positions = past_length.to(torch.int64).reshape(1, 1).expand(input_ids.shape)
         x = model.embed_target(input_ids, position_ids=positions)
+        bias = None  # positional "relative": (1, H, 1, P+1), position P over 0..P
+        if model.decoder_relative is not None:
+            q_pos = past_length.to(torch.int64).reshape(1)
+            bias = model.decoder_relative(q_pos, torch.arange(cache_mask.shape[1]))
 
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            return in_place_self_attention(
-                q, k, v, cache_mask, past_k[i], past_v[i], past_length, beam_width,
+            if bias is None:
+                return in_place_self_attention(
+                    q, k, v, cache_mask, past_k[i], past_v[i], past_length, beam_width,
+                    cache_indirection, n_heads,
+                )  # fmt: skip
+            return biased_in_place_self_attention(
+                q, k, v, cache_mask, bias, past_k[i], past_v[i], past_length, beam_width,
                 cache_indirection, n_heads,
             )  # fmt: skip
 
@@ -122,7 +133,7 @@ def export_in_place_decoder(
     as for `export_decoder`. Fused only: the node is onnxruntime's."""
     cfg, dims = model.cfg, graph_dims(model.cfg)
     batch, src_len = dims[C.BATCH], dims[C.SRC_LEN]
-    cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_len)
+    cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_positions)
     layers = cfg.n_decoder_layers
     cache = ({0: batch, 2: cache_len},) * layers
     cross = ({0: batch, 2: src_len},) * layers
@@ -133,7 +144,7 @@ def export_in_place_decoder(
         "cross_k": cross,
         "cross_v": cross,
         "src_mask": {0: batch, 1: src_len},
-        "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_len)},
+        "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_positions)},
         "past_length": None,
         "beam_width": None,
         "cache_indirection": {0: Dim(C.INPUTS, min=1), 1: Dim(C.BEAMS, min=1), 2: cache_len},

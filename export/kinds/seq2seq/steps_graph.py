@@ -31,10 +31,11 @@ from edgeseq.runtime.config import ModelConfig
 
 from ...external_data import graph_bytes, load_graph, save_graph
 from ...fused_ops import masked_self_attention
+from ...fused_relative_ops import biased_masked_self_attention
 from ...onnx_export import GraphInfo, export_module
 from .graphs import decoder_example, example_sizes, graph_dims
 from .precisions import add_precisions
-from .wrappers import FusedDecoderStep
+from .wrappers import FusedDecoderStep, slot_bias
 
 Progress = Callable[[str], None]
 
@@ -78,7 +79,9 @@ class FusedStepsDecoder(FusedDecoderStep):
     """`OnnxStepsDecoder`'s graph with `FusedDecoderStep`'s fused operators (and module
     names, which int8 groups weights by: export/quantize.py): one Q/K/V projection and one
     `MultiHeadAttention` node per self-attention, whose key padding mask is tgt_mask
-    (onnxruntime's CPU kernel takes a mask of past + new length with a cache)."""
+    (onnxruntime's CPU kernel takes a mask of past + new length with a cache). With
+    positional "relative" the score bias is of cache slots (`slot_bias`): a row's columns are
+    contiguous, so slot distances are its position distances."""
 
     def forward(  # type: ignore[override]
         self,
@@ -95,9 +98,14 @@ class FusedStepsDecoder(FusedDecoderStep):
         model, n_heads = self.model, self.model.cfg.n_heads
         tgt_keep = tgt_mask.to(torch.int32)  # (B, P+N)
         x = model.embed_target(input_ids, position_ids=position_ids)
+        bias = slot_bias(model, past_k[0].shape[2], input_ids.shape[1])  # relative: of slots
 
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            return masked_self_attention(q, k, v, past_k[i], past_v[i], tgt_keep, n_heads)
+            if bias is None:
+                return masked_self_attention(q, k, v, past_k[i], past_v[i], tgt_keep, n_heads)
+            return biased_masked_self_attention(
+                q, k, v, past_k[i], past_v[i], tgt_keep, bias, n_heads
+            )
 
         return self.layers(x, attend, cross_k, cross_v, src_mask)
 

@@ -10,8 +10,10 @@ row r joining at step `join[r]` (so rows sit at different positions), fed the to
 solo run: before it joins and after it ends a row feeds `<pad>` at position 0 and sees only
 that slot, so its cache holds slots it must never see again, which its tgt_mask hides. Each
 live row's logits are compared with its solo logits at the same position. fp32 must agree
-within TOLERANCE_FP32; int8 quantizes activations per tensor over the batch and fp16 rounds
-differently with the batch's shapes, so their numbers (max |Δ| and arg-max agreement) are
+within TOLERANCE_FP32 or, past it, within the bound of the model's own float32 logits error
+(float64_noise.py: two graphs, each that far from the exact result); int8 quantizes
+activations per tensor over the batch and fp16 rounds differently with the batch's shapes, so
+their numbers (max |Δ| and arg-max agreement) are
 reported, not gated.
 """
 
@@ -30,6 +32,7 @@ from edgeseq.runtime.kinds.seq2seq import OrtStep
 from edgeseq.runtime.padding import right_pad
 
 from ...parity import TOLERANCE_FP32, parity_group
+from .float64_noise import ModelNoise, bound_of
 from .parity import cpu_session, open_engine
 from .precisions import GRAPH_FILES
 
@@ -120,16 +123,22 @@ def steps_parity_group(
     precisions: Sequence[str],
     sources: Sequence[Sequence[int]],
     progress: Progress | None = None,
+    noise: ModelNoise | None = None,
 ) -> dict[str, Any]:
     """The report's "steps" group for `precisions` (fp32 first) on the first
-    STEPS_PARITY_ROWS `sources`; fp32 passes within TOLERANCE_FP32 with the same arg-max."""
+    STEPS_PARITY_ROWS `sources`; fp32 passes with the same arg-max within TOLERANCE_FP32, or
+    past it within the bound of `noise` (the model's float32 error; None: the tolerance)."""
     sources = list(sources)[:STEPS_PARITY_ROWS]
+
+    def fp32_passed(fp32: dict[str, Any]) -> bool:
+        fp32 |= bound_of(fp32["max_abs_diff"], noise)
+        same = fp32["argmax_identical_rows"] == len(sources)
+        return same and fp32["max_abs_diff"] <= fp32["bound"]
+
     return parity_group(
         precisions,
         lambda precision: compare_precision(directory, config, precision, sources),
-        lambda fp32: (
-            fp32["max_abs_diff"] <= TOLERANCE_FP32 and fp32["argmax_identical_rows"] == len(sources)
-        ),
+        fp32_passed,
         lambda precision: (
             f"parity steps ({precision}): {len(sources)} rows at different positions vs alone"
         ),
@@ -143,7 +152,8 @@ def steps_failure(group: dict[str, Any]) -> str:
     fp32 = group["fp32"]
     return (
         f"the step-batching decoder differs from decoder.onnx: max |Δlogit| "
-        f"{fp32['max_abs_diff']:.2e} (tolerance {group['tolerance']:g}), arg-max identical "
+        f"{fp32['max_abs_diff']:.2e} (bound {fp32.get('bound', group['tolerance']):.2g}), "
+        f"arg-max identical "
         f"on {fp32['argmax_identical_rows']}/{fp32['rows']} rows; re-export with --no-fuse, "
         "or without the steps variant"
     )

@@ -22,6 +22,7 @@ from torch import Tensor, nn
 from edgeseq.build_model.model import Seq2SeqTransformer
 
 from ...fused_ops import cached_self_attention, padded_attention
+from ...fused_relative_ops import biased_cached_self_attention, biased_padded_attention
 
 # (layer index, q, k, v) -> (attention output, present_k, present_v) of that layer
 SelfAttention = Callable[[int, Tensor, Tensor, Tensor], tuple[Tensor, Tensor, Tensor]]
@@ -93,6 +94,17 @@ class OnnxDecoderStep(nn.Module):
         return (logits, *present_k, *present_v)
 
 
+def slot_bias(model: Seq2SeqTransformer, past_len: int | Tensor, new_len: int) -> Tensor | None:
+    """The decoder's relative position bias (1, H, N, P+N) of N new tokens at cache slots
+    P..P+N-1 over slots 0..P+N-1, computed once per step for every layer (None unless
+    positional "relative"). Slot distances are position distances: a row's cache columns
+    are contiguous, whichever column it starts at (runtime/serve/live_batch.py)."""
+    if model.decoder_relative is None:
+        return None
+    q_pos = torch.arange(new_len) + past_len  # (N,)
+    return model.decoder_relative(q_pos, torch.arange(past_len + new_len))
+
+
 class FusedLinear(nn.Module):
     """Linear layers of one input side by side: one weight (sum of outputs, D) and one bias,
     concatenated from the model's layers when the wrapper is built (the model keeps its own).
@@ -113,7 +125,8 @@ class FusedEncoder(nn.Module):
 
     Each self-attention is one Q/K/V projection (the three weights concatenated when the
     wrapper is built) and one `padded_attention` (a `com.microsoft` `MultiHeadAttention` node
-    in ONNX); the cross-attention K and V of every decoder layer are one projection of the
+    in ONNX; with positional "relative" `biased_padded_attention`, fed the stack's one score
+    bias); the cross-attention K and V of every decoder layer are one projection of the
     memory per decoder layer. The model itself keeps its separate w_q/w_k/w_v.
     """
 
@@ -132,10 +145,17 @@ class FusedEncoder(nn.Module):
         model, cfg = self.model, self.model.cfg
         keep = model.source_keep(src_ids).to(torch.int32)  # (B, S)
         x = model.embed_source(src_ids)
+        bias = None  # positional "relative": one (1, H, S, S) score bias for every layer
+        if model.encoder_relative is not None:
+            positions = torch.arange(src_ids.shape[1], device=src_ids.device)  # (S,)
+            bias = model.encoder_relative(positions, positions)
         for i, layer in enumerate(model.encoder_layers):
             h = layer.sub_attn.inner(x)
             q, k, v = self.encoder_layers[i](h).split(cfg.n_heads * cfg.d_head, dim=-1)
-            attn = padded_attention(q, k, v, keep, cfg.n_heads)
+            if bias is None:
+                attn = padded_attention(q, k, v, keep, cfg.n_heads)
+            else:
+                attn = biased_padded_attention(q, k, v, keep, bias, cfg.n_heads)
             x = layer.sub_attn.outer(x, layer.self_attn.w_o(attn))
             x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
         memory = model.encoder_norm(x) if model.encoder_norm is not None else x
@@ -153,7 +173,8 @@ class FusedDecoderStep(nn.Module):
     """`OnnxDecoderStep`'s graph (same inputs, outputs and arithmetic) with fused operators.
 
     Self-attention is one Q/K/V projection and one `cached_self_attention` (a
-    `MultiHeadAttention` node that appends the new keys and values to the cache itself);
+    `MultiHeadAttention` node that appends the new keys and values to the cache itself; with
+    positional "relative" `biased_cached_self_attention`, fed `slot_bias` once per step);
     cross-attention is the query projection and one `padded_attention` over the encoder's
     per-head K/V.
     """
@@ -175,10 +196,14 @@ class FusedDecoderStep(nn.Module):
     ) -> tuple[Tensor, ...]:
         """One step -> logits (B, N, V), L present_k then L present_v (B, H, P+N, dh)."""
         model, n_heads = self.model, self.model.cfg.n_heads
-        x = model.embed_target(input_ids, past_k[0].shape[2])
+        past_len = past_k[0].shape[2]
+        x = model.embed_target(input_ids, past_len)
+        bias = slot_bias(model, past_len, input_ids.shape[1])
 
         def attend(i: int, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-            return cached_self_attention(q, k, v, past_k[i], past_v[i], n_heads)
+            if bias is None:
+                return cached_self_attention(q, k, v, past_k[i], past_v[i], n_heads)
+            return biased_cached_self_attention(q, k, v, past_k[i], past_v[i], bias, n_heads)
 
         return self.layers(x, attend, cross_k, cross_v, src_mask)
 
