@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+from host_transfers import count_transfers
 
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.device_rows import ELEMENT_TYPES, DeviceRows, gather_model
@@ -122,38 +123,10 @@ def test_beam_search_moves_no_cache_through_numpy(runtime_case, monkeypatch) -> 
     or from the host (the row indices are bound as a host input)."""
     _, bound_step = _seq2seq_steps(runtime_case.bundle, "fp32")
     src = _sources(bound_step, 6, seed=1)
-    calls = {"numpy": 0, "from_numpy": 0, "select": 0}
-    to_host, from_host = ort.OrtValue.numpy, ort.OrtValue.ortvalue_from_numpy
-    select = bound_step.select
-
-    def counted_numpy(value: ort.OrtValue) -> np.ndarray:
-        calls["numpy"] += 1
-        return to_host(value)
-
-    def counted_from_numpy(*args: Any) -> ort.OrtValue:
-        calls["from_numpy"] += 1
-        return from_host(*args)
-
-    def counted_select(state, rows):
-        calls["select"] += 1
-        return select(state, rows)
-
-    monkeypatch.setattr(ort.OrtValue, "numpy", counted_numpy)
-    monkeypatch.setattr(ort.OrtValue, "ortvalue_from_numpy", staticmethod(counted_from_numpy))
-    monkeypatch.setattr(bound_step, "select", counted_select)
-    steps = {"n": 0}
-    decoded = bound_step._decoded
-
-    def counted_decoded(state, input_ids, heads):
-        steps["n"] += 1
-        out = decoded(state, input_ids, heads)
-        steps["heads"] = len(heads)
-        return out
-
-    monkeypatch.setattr(bound_step, "_decoded", counted_decoded)
+    calls = count_transfers(monkeypatch, bound_step)
     search(bound_step, src, GenerationOptions(beam_size=4))
-    assert calls["select"] >= steps["n"] - 1 > 2  # a reorder after every step but the last
-    assert calls["numpy"] == steps["n"] * steps["heads"]  # only what the search reads
+    assert calls["select"] >= calls["steps"] - 1 > 2  # a reorder after every step but the last
+    assert calls["numpy"] == calls["steps"] * calls["heads"]  # only what the search reads
     assert calls["from_numpy"] == 1  # the source mask, once, at start
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
+from host_transfers import count_transfers
 
 from edgeseq.runtime import Generator
 from edgeseq.runtime import constants as C
@@ -267,31 +268,7 @@ def test_a_step_reads_only_the_search_outputs_to_the_host(in_place_bundle, monke
     an OrtValue, and select moves no buffer through numpy."""
     gen, _, _, device = _steps(in_place_bundle)
     src = gen._padded([gen.encode(t) for t in TEXTS])
-    calls = {"numpy": 0, "from_numpy": 0, "select": 0, "steps": 0}
-    to_host, from_host = ort.OrtValue.numpy, ort.OrtValue.ortvalue_from_numpy
-    select, decoded = device.select, device._decoded
-
-    def counted_numpy(value: ort.OrtValue) -> np.ndarray:
-        calls["numpy"] += 1
-        return to_host(value)
-
-    def counted_from_numpy(*args: Any) -> ort.OrtValue:
-        calls["from_numpy"] += 1
-        return from_host(*args)
-
-    def counted_select(state, rows):
-        calls["select"] += 1
-        return select(state, rows)
-
-    def counted_decoded(state, input_ids, heads):
-        calls["steps"] += 1
-        calls["heads"] = len(heads)
-        return decoded(state, input_ids, heads)
-
-    monkeypatch.setattr(ort.OrtValue, "numpy", counted_numpy)
-    monkeypatch.setattr(ort.OrtValue, "ortvalue_from_numpy", staticmethod(counted_from_numpy))
-    monkeypatch.setattr(device, "select", counted_select)
-    monkeypatch.setattr(device, "_decoded", counted_decoded)
+    calls = count_transfers(monkeypatch, device)
     hyps = search(device, src, GenerationOptions(beam_size=4))
     assert len({len(row[0].tokens) for row in hyps}) > 1  # inputs left at different steps
     assert calls["select"] >= calls["steps"] - 1 > 2  # a select after every step but the last
