@@ -11,7 +11,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -69,7 +68,7 @@ def test_ray_serve_answers_concurrent_requests_as_offline(runtime_case, tmp_path
     finally:
         if proc.poll() is None:
             proc.kill()
-            time.sleep(1)
+            proc.wait(60)  # gone before its log and Ray's directory are removed
         log.close()
         shutil.rmtree(ray_tmp, ignore_errors=True)
     print((tmp_path / "serve.log").read_text()[-2000:])
