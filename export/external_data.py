@@ -155,9 +155,8 @@ def _append_large_tensors(model: onnx.ModelProto, data: Path) -> None:
                 continue
             offset = out.tell()
             out.write(tensor.raw_data)
-            set_external_data(tensor, data.name, offset, len(tensor.raw_data))
+            set_external_data(tensor, data.name, offset, len(tensor.raw_data))  # marks it EXTERNAL
             tensor.ClearField("raw_data")
-            tensor.data_location = onnx.TensorProto.EXTERNAL
 
 
 def save_graph(model: onnx.ModelProto, path: str | Path, *, check: Check = "none") -> None:

@@ -21,17 +21,21 @@ import pytest
 import torch
 from conftest import export_runtime_variants
 from google.protobuf.message import EncodeError
+from onnx.external_data_helper import uses_external_data
 from test_hostile_files import run_main
 
 from edgeseq.export import external_data
 from edgeseq.export.external_data import (
     EXTERNAL_DATA_BYTES,
     EXTERNAL_DATA_ENV,
+    SMALL_TENSOR_BYTES,
     GraphSizeError,
     external_data_threshold,
+    external_location,
     graph_bytes,
     refuse_unsupported_variants,
     save_graph,
+    stream_weights,
 )
 from edgeseq.export.onnx_export import ExportError, export_module
 from edgeseq.runtime import constants as C
@@ -157,6 +161,52 @@ def test_every_graph_has_its_data_file_listed_with_its_checksum(external_bundle:
         (external_bundle / n).stat().st_size for n in manifest["files"] if "int8" not in n
         and n.startswith(("encoder.onnx", "decoder.onnx"))
     )  # fmt: skip
+
+
+def test_only_tensors_under_1_kib_stay_inside_a_graph(external_bundle: Path) -> None:
+    """docs/bundle-large.md: with a data file, tensors under SMALL_TENSOR_BYTES stay in the
+    graph and every other one is in its data file (the streamed export path included)."""
+    for graph in graphs_of(external_bundle):
+        model = onnx.load(str(graph), load_external_data=False)
+        inside = [t.name for t in model.graph.initializer if not uses_external_data(t)]
+        big = [
+            name for name, t in ((t.name, t) for t in model.graph.initializer)
+            if name in inside and len(t.raw_data) >= SMALL_TENSOR_BYTES
+        ]  # fmt: skip
+        assert big == [], graph.name
+        outside = [t for t in model.graph.initializer if uses_external_data(t)]
+        assert outside and all(external_location(t) == graph.name + ".data" for t in outside)
+
+
+def test_a_tensor_an_edit_adds_to_a_streamed_graph_goes_to_its_data_file(tmp_path: Path) -> None:
+    """save_graph of a graph whose weights stream_weights wrote: a large tensor added since
+    (as a graph edit adds one) is appended to the same data file, a small one stays inside."""
+    import numpy as np
+    import onnx_ir as ir
+
+    weight = ir.Value(name="w", const_value=ir.tensor(np.arange(1024, dtype=np.float32)))
+    x = ir.Value(name="x", shape=ir.Shape([1024]), type=ir.TensorType(ir.DataType.FLOAT))
+    node = ir.node("Add", [x, weight], outputs=[ir.Value(name="y")])
+    node.outputs[0].shape, node.outputs[0].type = x.shape, x.type
+    graph = ir.Graph(
+        [x], node.outputs, nodes=[node], initializers=[weight], opset_imports={"": 18}, name="g"
+    )
+    path = tmp_path / "decoder.onnx"
+    proto = stream_weights(ir.Model(graph, ir_version=10), path)
+    added = np.full(512, 2.0, np.float32)  # 2 KiB, and a 4-byte one
+    proto.graph.initializer.extend(
+        [
+            onnx.numpy_helper.from_array(added, "big"),
+            onnx.numpy_helper.from_array(np.float32([3]), "small"),
+        ]
+    )
+    save_graph(proto, path, check="basic")
+    saved = onnx.load(str(path), load_external_data=False)
+    where = {t.name: external_location(t) for t in saved.graph.initializer}
+    assert where == {"w": "decoder.onnx.data", "big": "decoder.onnx.data", "small": None}
+    loaded = onnx.load(str(path))
+    arrays = {t.name: onnx.numpy_helper.to_array(t) for t in loaded.graph.initializer}
+    assert np.array_equal(arrays["w"], np.arange(1024)) and np.array_equal(arrays["big"], added)
 
 
 def test_generates_the_ids_of_the_single_file_bundle(runtime_case, external_bundle: Path) -> None:
