@@ -29,10 +29,16 @@ from typing import Literal
 import onnx
 import onnx_ir as ir
 from google.protobuf.message import EncodeError
-from onnx.external_data_helper import set_external_data, uses_external_data
+from onnx.external_data_helper import (
+    load_external_data_for_model,
+    set_external_data,
+    uses_external_data,
+)
 
 from edgeseq.runtime.errors import EdgeseqError
 from edgeseq.runtime.external_data import data_file_name
+
+from .tied_projection import join_projections, split_projections
 
 EXTERNAL_DATA_BYTES = 64 << 20  # initializers from which onnxruntime's memory map pays
 EXTERNAL_DATA_ENV = "EDGESEQ_EXTERNAL_DATA_MB"
@@ -169,6 +175,7 @@ def save_graph(model: onnx.ModelProto, path: str | Path, *, check: Check = "none
     data = data_file(path)
     if _written_already(model, data):
         _append_large_tensors(model, data)
+        split_projections(model)
         onnx.save_model(model, str(path), save_as_external_data=False)
         data.chmod(path.stat().st_mode & 0o777)
         if check != "none":
@@ -192,6 +199,9 @@ def save_graph(model: onnx.ModelProto, path: str | Path, *, check: Check = "none
         # onnx creates the data file readable by its owner only (0600): give it the graph's
         # permissions, or a bundle copied for another user would open without its weights
         data.chmod(path.stat().st_mode & 0o777)
+        saved = onnx.load(str(path), load_external_data=False)
+        if split_projections(saved):
+            onnx.save_model(saved, str(path), save_as_external_data=False)
         if check != "none":  # a path: the checker reads a model over 2 GiB only from a file
             onnx.checker.check_model(str(path), full_check=check == "full")
     except EncodeError as exc:
@@ -203,8 +213,12 @@ def save_graph(model: onnx.ModelProto, path: str | Path, *, check: Check = "none
 
 
 def load_graph(path: str | Path) -> onnx.ModelProto:
-    """The graph at `path` with its weights in memory, read from its data file when it has one."""
-    return onnx.load(str(path), load_external_data=True)
+    """The graph at `path` with its weights in memory, read from its data file when it has one,
+    in the exporter's form (a tied projection saved in blocks joined again: `join_projections`)."""
+    model = onnx.load(str(path), load_external_data=False)
+    join_projections(model)
+    load_external_data_for_model(model, str(Path(path).parent))
+    return model
 
 
 def settle_external_data(path: str | Path) -> None:

@@ -23,8 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import onnx
-
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.config import ModelConfig
 from edgeseq.runtime.kinds.seq2seq import OrtStep
@@ -45,6 +43,7 @@ from ...convert import (
     fp16_note,
     fp16_ops,
 )
+from ...external_data import load_graph
 from ...gate import GateError, gate_numbers, gate_row, gate_summary, raise_if_missed
 from ...heldout import HeldOut
 from ...quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
@@ -186,7 +185,7 @@ def build_int8(
         return numbers
 
     best, excluded = trial([]), []
-    models = [onnx.load(str(path)) for path in sources]
+    models = [load_graph(path) for path in sources]
     remaining = graph_groups(*models)
     while not best["passed"] and remaining:
         say(f"  int8 misses the gate ({gate_summary(best)}); trying {len(remaining)} exclusions")
