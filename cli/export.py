@@ -70,6 +70,14 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
 @click.option("--no-verify", "no_verify", is_flag=True, help="Skip the parity checks.")
 @inputs_option("Held-out inputs for parity level 3 and the variants' accuracy gates.")
 @click.option(
+    "--max-new-tokens",
+    type=click.IntRange(1),
+    default=None,
+    help="Longest output parity level 3 and the gates decode (default: the checkpoint's "
+    "generation max_length, else the model's max_len). A model with random weights never ends "
+    "an output, so this bounds its parity time.",
+)
+@click.option(
     "--variants",
     "variant_names",
     default="fp32",
@@ -109,6 +117,7 @@ def export(
     force: bool,
     no_verify: bool,
     inputs: int,
+    max_new_tokens: int | None,
     variant_names: str,
     max_metric_drop: float,
     quantize_all: bool,
@@ -140,7 +149,8 @@ def export(
         try:
             options = ExportOptions(
                 opset=opset, force=force, verify=not no_verify, inputs=inputs,
-                variants=variants, fuse=fuse, data=data, progress=say, target_lang=target_lang,
+                max_new_tokens=max_new_tokens, variants=variants, fuse=fuse, data=data,
+                progress=say, target_lang=target_lang,
             )  # fmt: skip
             source = None if adapter == "auto" else adapter
             manifest = export_checkpoint(checkpoint, out, options, source=source)

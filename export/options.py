@@ -11,7 +11,7 @@ variant it has no graph for, fused attention it does not have) refuses it with o
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .heldout import HeldOut, heldout_from_file, heldout_sources, with_languages
@@ -33,7 +33,8 @@ class ExportOptions:
     variants: VariantOptions = field(default_factory=VariantOptions)
     fuse: bool = True  # fused attention operators (encoder–decoder); False: standard ONNX
     data: str | Path | None = None  # a file of held-out inputs instead of the task's split
-    max_new_tokens: int | None = None  # parity decodes' step budget (None: max_len)
+    # parity decodes' step budget (None: the source's generation max_new_tokens, else max_len)
+    max_new_tokens: int | None = None
     target_lang: str | None = None  # a multilingual model's default target in the bundle
     progress: Progress | None = None  # called with each progress line
 
@@ -41,6 +42,18 @@ class ExportOptions:
         """Report one progress line (nothing without a `progress` callback)."""
         if self.progress is not None:
             self.progress(line)
+
+
+def with_parity_budget(options: ExportOptions, source: SourceModel) -> ExportOptions:
+    """`options` with the new tokens parity level 3 and the gates decode at most: the caller's
+    `max_new_tokens`, else the one the source's generation settings give `edgeseq generate`
+    by default (a Hugging Face checkpoint's max_length - 1, e.g. NLLB-200's 199), else None
+    (the model's max_len). A model with random weights never emits `</s>`, so every output
+    runs to this budget."""
+    if options.max_new_tokens is not None or source.generation is None:
+        return options
+    budget = source.generation.settings.get("max_new_tokens")
+    return replace(options, max_new_tokens=budget) if isinstance(budget, int) else options
 
 
 def held_out(source: SourceModel, options: ExportOptions) -> HeldOut:

@@ -93,3 +93,30 @@ def test_verify_refuses_a_checkpoint_of_another_model(exported, export_model_fac
     result = CliRunner().invoke(cli, ["verify", str(bundle), "--checkpoint", str(other)])
     assert isinstance(result.exception, BundleError)
     assert "another config" in str(result.exception)
+
+
+def test_max_new_tokens_bounds_the_parity_decodes(exported, tmp_path) -> None:
+    """--max-new-tokens: level 3 of a random model (which never ends an output) decodes that
+    many tokens instead of max_len (48)."""
+    ckpt, _, _ = exported
+    bundle = tmp_path / "short"
+    args = ["export", str(ckpt), "--out", str(bundle), "--max-new-tokens", "5", "--inputs", "8"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    level3 = json.loads((bundle / C.MANIFEST_FILE).read_text())["parity"]["level3"]
+    assert level3["max_new_tokens"] == 5 and level3["inputs"] == 8
+
+
+def test_parity_budget_comes_from_the_caller_then_the_checkpoint() -> None:
+    from types import SimpleNamespace
+
+    from edgeseq.export.options import ExportOptions, with_parity_budget
+    from edgeseq.export.sources.generation_config import GenerationRecord
+
+    nllb = SimpleNamespace(generation=GenerationRecord({"max_new_tokens": 199, "beam_size": 4}))
+    unset = SimpleNamespace(generation=GenerationRecord({"beam_size": 4}))
+    native = SimpleNamespace(generation=None)
+    assert with_parity_budget(ExportOptions(), nllb).max_new_tokens == 199  # type: ignore[arg-type]
+    assert with_parity_budget(ExportOptions(max_new_tokens=7), nllb).max_new_tokens == 7  # type: ignore[arg-type]
+    assert with_parity_budget(ExportOptions(), unset).max_new_tokens is None  # type: ignore[arg-type]
+    assert with_parity_budget(ExportOptions(), native).max_new_tokens is None  # type: ignore[arg-type]

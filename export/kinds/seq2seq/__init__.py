@@ -23,7 +23,7 @@ from typing import Any
 
 from edgeseq.runtime.bundle import Bundle
 
-from ...options import ExportOptions, held_out
+from ...options import ExportOptions, held_out, with_parity_budget
 from ...sources import SourceModel
 from .bundle import prove_graphs, prove_variant, write_bundle
 from .graph_variants import VARIANT_EXPORTS, VariantContext
@@ -33,6 +33,7 @@ NAME = "encoder-decoder"
 
 def export(source: SourceModel, out: str | Path, options: ExportOptions) -> dict[str, Any]:
     """Write the bundle of `source` (an encoder–decoder) at `out`; return its manifest."""
+    options = with_parity_budget(options, source)
     held = held_out(source, options) if options.verify else None
     return write_bundle(
         source.model, source.tokenizers, out, options, task=source.task, held=held,
@@ -46,6 +47,7 @@ def verify(bundle: Bundle, source: SourceModel, options: ExportOptions) -> dict[
     """Parity levels 1-3 of the bundle's fp32 graphs against `source`'s model, the group
     against the source model when it is an import, and the parity group of every graph
     variant the manifest lists; ParityError when one fails."""
+    options = with_parity_budget(options, source)
     held = held_out(source, options)
     model, say = source.model, options.say
     graphs = dict(zip(("encoder", "decoder"), bundle.graphs("fp32"), strict=True))
