@@ -8,8 +8,7 @@ tolerance and the error that carries the report.
 Each kind measures the levels on its own graphs (export/kinds/seq2seq/parity.py for the
 encoder–decoder, export/kinds/decoder_only.py and encoder_only.py for GPT and BERT); this
 module holds what they share: the fp32 tolerance, |Δ| and top-2 helpers, random held-out
-sources, one torch thread while measuring a small model (every core for a large one), and the
-report.
+sources, one torch thread while measuring, and the report.
 """
 
 from __future__ import annotations
@@ -41,26 +40,14 @@ def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
 MAX_REPORTED_MISMATCHES = 5
 
 
-# From this many parameters, parity runs torch on every core (see `single_thread`).
-PARALLEL_PARAMS = 100_000_000
-
-
-def parameter_count(model: torch.nn.Module) -> int:
-    """The number of parameters of `model` (each shared tensor once)."""
-    return sum(p.numel() for p in model.parameters())
-
-
 @contextlib.contextmanager
-def single_thread(params: int = 0) -> Iterator[None]:
-    """Run torch on one thread while parity measures a model of `params` parameters, unless
-    it has PARALLEL_PARAMS or more: then torch keeps its thread count (every core unless the
-    user set one). Parity does not measure speed; a small model's per-step kernels gain
-    nothing from a thread pool (a source group: 75 s on 2 busy cores, 4 s on one thread),
-    while a real-size model's matrix products do (T5-base, 223 M parameters, decodes each
-    level-3 input to its 512-token cap at random weights)."""
+def single_thread() -> Iterator[None]:
+    """Run torch on one thread: parity does not measure speed, and tiny per-step kernels
+    gain nothing from a thread pool. Large models too: on 2 cores with another process busy,
+    a T5-base (223 M parameters) greedy decode at level 3's batch 32, 64 steps, took 13 s on
+    one thread and 70-109 s on two (tests/test_families_large.py's shape)."""
     threads = torch.get_num_threads()
-    if params < PARALLEL_PARAMS:
-        torch.set_num_threads(1)
+    torch.set_num_threads(1)
     try:
         yield
     finally:

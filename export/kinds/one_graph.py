@@ -51,7 +51,7 @@ from ..gate import GateError, gate_numbers, gate_row, gate_summary, raise_if_mis
 from ..heldout import HeldOut
 from ..onnx_export import GraphInfo, value_info
 from ..options import ExportOptions, held_out
-from ..parity import check_parity, parameter_count, parity_report, single_thread
+from ..parity import check_parity, parity_report, single_thread
 from ..quantize import OUTPUT_GROUP, quantize_graph
 from ..sources import SourceError, SourceModel
 from ..variants import VariantOptions, check_supported, finish_table
@@ -114,7 +114,7 @@ def run_one_graph_parity(
     reports them. GPT `sources` are prompts (ids without `<s>`), BERT ones end with `</s>`."""
     model.eval()
     start = time.perf_counter()
-    with single_thread(parameter_count(model)):
+    with single_thread():
         levels = kind(model).parity_levels(model, run, sources, texts, max_new_tokens)
     return parity_report(*levels, source_description, start)
 

@@ -41,7 +41,7 @@ from ...heldout import HeldOut, with_languages
 from ...limits import LEVEL3_MIN_INPUTS
 from ...onnx_export import GraphInfo
 from ...options import ExportOptions, Progress
-from ...parity import add_group, check_group, check_parity, parameter_count, random_sources
+from ...parity import add_group, check_group, check_parity, random_sources
 from ...sources import SourceReference
 from ...variants import VariantOptions
 from .float64_noise import ModelNoise
@@ -223,10 +223,7 @@ def prove_graphs(
     if reference is not None:
         say(f"parity against the source model on {len(held.sources)} inputs")
         drift, noise = parity["level2"]["torch_cached_vs_uncached"], ModelNoise(model, held.sources)
-        group = source_parity(
-            reference, engine, held, model.cfg, max_new_tokens, drift, noise,
-            params=parameter_count(model),
-        )  # fmt: skip
+        group = source_parity(reference, engine, held, model.cfg, max_new_tokens, drift, noise)
         add_group(parity, "source", group)
         say(f"  source: {'passed' if group['passed'] else 'FAILED'} ({group['seconds']} s)")
         check_group(parity, "source", source_failure)

@@ -41,7 +41,6 @@ from ...parity import (
     NOISE_FACTOR,
     TOLERANCE_FP32,
     max_abs_diff,
-    parameter_count,
     parity_report,
     single_thread,
     top2,
@@ -242,7 +241,7 @@ def run_parity(
     model.eval()
     start = time.perf_counter()
     limit = max_new_tokens if max_new_tokens is not None else model.cfg.max_len
-    with single_thread(parameter_count(model)):
+    with single_thread():
         say("parity level 1: every graph output over random shapes")
         level1 = level1_graphs(model, engine, seed)
         say("parity level 2: decoder logits along a greedy decode")
