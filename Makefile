@@ -51,8 +51,9 @@ test-families: $(STAMP)
 # inputs, each line of the export and a one-line summary printed: export time, peak RSS vs the
 # checkpoint (at most 3x), bundle size per file, parity levels, ids vs the source's generate
 # (tests/test_families_large.py). Not part of `test`: random weights never emit </s>, so level 3
-# decodes every input to the length cap: over an hour for T5-base on 2 cores, hours for the
-# 1024-position models. EDGESEQ_LARGE_DIR=DIR keeps the checkpoints (0.9-2.5 GB each) in DIR.
+# decodes every input to the length cap (512 / 1024 tokens): T5-base had not finished after 33
+# min on 2 cores (peak RSS 15.4 GB). EDGESEQ_LARGE_MAX_NEW_TOKENS=16 caps level 3 (through the
+# library, said in the summary): minutes per shape. EDGESEQ_LARGE_DIR=DIR keeps the checkpoints.
 test-families-large: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families_large tests/test_families_large.py
 

@@ -6,9 +6,10 @@ real row count), exported by the default command `edgeseq export DIR --out BUNDL
 
 Marker `families_large` (`make test-families-large`; not in `make test`). Cost: the
 checkpoints are 0.9-2.5 GB, and parity level 3 decodes every input to the length cap, since
-random weights never emit `</s>` (T5-base: 512 steps per input, NLLB-200-600M: 1024):
-greedy and beam 4, in PyTorch, onnxruntime and the source's own `generate`. On this 2-core
-machine that is over an hour for T5-base and several for the 1024-position models.
+a random model repeats one token and never emits `</s>` (T5-base: 512 steps per input,
+NLLB-200-600M: 1024): greedy and beam 4, in PyTorch, onnxruntime and the source's own
+`generate`, then the speed check at batch 1. On this 2-core machine that is hours per shape,
+and more memory than the machine has for the 1024-position ones (below).
 
 Checked for each shape: the export exits 0, every parity level of the manifest passed (edgeseq's
 three and the source group's three), the source group's greedy and beam-4 ids equal the
@@ -17,6 +18,14 @@ child's own, from wait4) is at most 3x the checkpoint's size. Each test prints t
 timestamped progress lines (where its time goes) and a one-line summary: export seconds, peak
 RSS, checkpoint, bundle and per-file sizes, parity levels, identical ids greedy / beam.
 `EDGESEQ_LARGE_DIR=DIR` keeps the built checkpoints in DIR for the next run (built when missing).
+
+`EDGESEQ_LARGE_MAX_NEW_TOKENS=N` runs the same export through the library with level 3's
+decodes (and the speed check's) capped at N new tokens (`ExportOptions.max_new_tokens`; the
+command line has no such option), so that a shape takes minutes: every other check is the
+same, and the summary line names the cap. Measured on T5-base: at the default 512-token cap,
+level 3 was still in its first beam-4 batch after 33 min, at a peak RSS of 15.4 GB (its cache
+for 128 hypotheses grows with every step), when the process was terminated; capped at 16
+tokens the whole export took 4.5 min.
 """
 
 from __future__ import annotations
@@ -45,6 +54,17 @@ INPUTS = 50  # level 3's held-out inputs (greedy; beam 4 runs on the first 50)
 MIN_IDENTICAL = 0.98  # share of inputs whose ids equal the source's generate
 MAX_RSS_RATIO = 3.0  # export's peak RSS / checkpoint size
 TIMEOUT_S = 6 * 3600  # one export; the 1024-position shapes run for hours on 2 cores
+CAP_VARIABLE = "EDGESEQ_LARGE_MAX_NEW_TOKENS"
+# The default export through the library, level 3 capped: argv source, bundle, inputs, cap.
+CAPPED_EXPORT = """
+import sys, time
+from edgeseq.export.options import ExportOptions
+from edgeseq.export.pipeline import export_checkpoint
+start = time.perf_counter()
+def say(line): print(f"[{time.perf_counter() - start:5.1f}s] {line}", flush=True)
+options = ExportOptions(inputs=int(sys.argv[3]), max_new_tokens=int(sys.argv[4]), progress=say)
+export_checkpoint(sys.argv[1], sys.argv[2], options)
+"""
 BUILT = ".large-shape"  # stamp in a kept checkpoint directory: the shape it was built as
 
 
@@ -92,6 +112,15 @@ def level_results(parity: dict[str, Any]) -> dict[str, bool]:
     return levels
 
 
+def export_command(source: Path, bundle: Path, cap: int | None) -> list[str]:
+    """`edgeseq export SOURCE --out BUNDLE --inputs 50`, or with `cap` the same export through
+    the library with level 3 capped at `cap` new tokens."""
+    if cap is None:
+        edgeseq = Path(sys.executable).with_name("edgeseq")
+        return [str(edgeseq), "export", str(source), "--out", str(bundle), "--inputs", str(INPUTS)]
+    return [sys.executable, "-c", CAPPED_EXPORT, str(source), str(bundle), str(INPUTS), str(cap)]
+
+
 def summary(name: str, run: ExportRun, checkpoint: float, sizes: dict[str, float],
             levels: dict[str, bool], ids: dict[str, tuple[int, int]]) -> str:  # fmt: skip
     """The one-line summary of a shape's export, for docs."""
@@ -133,17 +162,17 @@ def test_real_shape_exports_with_parity(
 ) -> None:
     source = large_checkpoint(name)
     checkpoint = checkpoint_mb(source)
-    edgeseq = Path(sys.executable).with_name("edgeseq")
     bundle = tmp_path / "bundle"
-    command = [str(edgeseq), "export", str(source), "--out", str(bundle), "--inputs", str(INPUTS)]
-    run = run_export(command, tmp_path / "export.log")
-    print(f"== {name} ({SHAPES[name].model})\n{run.output}")
+    cap = int(os.environ[CAP_VARIABLE]) if os.environ.get(CAP_VARIABLE) else None
+    run = run_export(export_command(source, bundle, cap), tmp_path / "export.log")
+    capped = f", level 3 capped at {cap} new tokens" if cap is not None else ""
+    print(f"== {name} ({SHAPES[name].model}{capped})\n{run.output}")
     assert run.returncode == 0, run.output[-4000:]
     parity = json.loads((bundle / "manifest.json").read_text(encoding="utf-8"))["parity"]
     levels = level_results(parity)
     level3 = parity["source"]["level3"]
     ids = {s: (level3[s]["identical"], level3[s]["inputs"]) for s in ("greedy", "beam")}
-    print(summary(name, run, checkpoint, file_sizes_mb(bundle), levels, ids))
+    print(summary(name, run, checkpoint, file_sizes_mb(bundle), levels, ids) + capped)
     assert parity["passed"] and all(levels.values()), levels
     for search, (identical, inputs) in ids.items():
         assert inputs >= INPUTS and identical >= MIN_IDENTICAL * inputs, (search, level3[search])
