@@ -53,8 +53,8 @@ test-families: $(STAMP)
 # (tests/test_families_large.py). Not part of `test`: random weights never emit </s>, so level 3
 # decodes every input to the length cap (512 / 1024 tokens): T5-base had not finished after 33
 # min on 2 cores (peak RSS 15.4 GB). EDGESEQ_LARGE_MAX_NEW_TOKENS=16 caps level 3 (through the
-# library, said in the summary): 4-9 min per shape, plus up to 10 min to build a d_model-1024
-# checkpoint (docs/import-families.md). EDGESEQ_LARGE_DIR=DIR keeps the checkpoints.
+# library, said in the summary): 4-9 min per shape, plus 1-8 min to build each checkpoint
+# (docs/import-families.md). EDGESEQ_LARGE_DIR=DIR keeps the checkpoints.
 test-families-large: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families_large tests/test_families_large.py
 
