@@ -8,8 +8,10 @@ Marker `families_large` (`make test-families-large`; not in `make test`). Cost: 
 checkpoints are 0.9-2.5 GB, and parity level 3 decodes every input to the length cap, since
 a random model repeats one token and never emits `</s>` (T5-base: 512 steps per input,
 NLLB-200-600M: 1024): greedy and beam 4, in PyTorch, onnxruntime and the source's own
-`generate`, then the speed check at batch 1. On this 2-core machine that is hours per shape,
-and more memory than the machine has for the 1024-position ones (below).
+`generate`, then the speed check at batch 1. On this 2-core machine that is hours per shape
+(T5-base: below). Not run at 1024 positions: level 3's PyTorch beam cache alone would be 12.9 GB
+there (12 layers x K and V x 128 hypotheses x 1024 positions x d_model 1024 x 4 bytes), copied
+when beams are reordered, more than this 24 GB machine holds beside the model.
 
 Checked for each shape: the export exits 0, every parity level of the manifest passed (edgeseq's
 three and the source group's three), the source group's greedy and beam-4 ids equal the
