@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-docs test-ray test-families lint format clean node-example edge builtin-model wheel bench-marian docker-check
+.PHONY: demo test test-docs test-ray test-families test-families-large lint format clean node-example edge builtin-model wheel bench-marian docker-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -24,7 +24,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus and not families and not docs"
+	$(BIN)/python -m pytest -q -m "not ray and not bench and not opus and not families and not families_large and not docs"
 
 # The reference pages' commands run in page order, outputs compared (tests/test_doc_pages.py:
 # docs/import.md's two tiny imports, exported, generated, verified; about 12 min on 2 cores).
@@ -45,6 +45,18 @@ test-ray: $(STAMP)
 # 5-6 min per family on 2 idle cores, 30 min at 256,206 rows on busy ones.
 test-families: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families tests/test_families_realistic.py
+
+# The real models' exact shapes (NLLB-200-distilled-600M, M2M-100-418M, mBART-large-50, T5-base,
+# Flan-T5-base; random weights, tests/large_shapes.py) exported by the default command with 50
+# inputs, each line of the export and a one-line summary printed: export time, peak RSS vs the
+# checkpoint (at most 3x), bundle size per file, parity levels, ids vs the source's generate
+# (tests/test_families_large.py). Not part of `test`: random weights never emit </s>, so level 3
+# decodes every input to the length cap (512 / 1024 tokens): T5-base had not finished after 33
+# min on 2 cores (peak RSS 15.4 GB). EDGESEQ_LARGE_MAX_NEW_TOKENS=16 caps level 3 (through the
+# library, said in the summary): 4-9 min per shape, plus 1-8 min to build each checkpoint
+# (docs/import-families.md). EDGESEQ_LARGE_DIR=DIR keeps the checkpoints.
+test-families-large: $(STAMP)
+	$(BIN)/python -m pytest -q -s -m families_large tests/test_families_large.py
 
 # Edge targets (docs/edge.md): the bundle (two-graph loop and one-graph search variant, fp32
 # and int8) on emulated ARM64 and in headless Chromium, compared with x86 output. Not part of
