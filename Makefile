@@ -51,10 +51,10 @@ test-families: $(STAMP)
 # inputs, each line of the export and a one-line summary printed: export time, peak RSS vs the
 # checkpoint (at most 3x), bundle size per file, parity levels, ids vs the source's generate
 # (tests/test_families_large.py). Not part of `test`: random weights never emit </s>, so level 3
-# decodes every input to the length cap (512 / 1024 tokens): T5-base had not finished after 33
-# min on 2 cores (peak RSS 15.4 GB). EDGESEQ_LARGE_MAX_NEW_TOKENS=16 caps level 3 (through the
-# library, said in the summary): 4-9 min per shape, plus 1-8 min to build each checkpoint
-# (docs/import-families.md). EDGESEQ_LARGE_DIR=DIR keeps the checkpoints.
+# decodes every input to its budget (the checkpoint's max_length 200, T5's max_len 512): T5-base
+# had not finished after 33 min on 2 cores (peak RSS 15.4 GB). EDGESEQ_LARGE_MAX_NEW_TOKENS=16
+# adds --max-new-tokens 16 to the export (said in the summary): 4-9 min per shape, plus 1-8 min
+# to build each checkpoint (docs/import-families.md). EDGESEQ_LARGE_DIR=DIR keeps the checkpoints.
 test-families-large: $(STAMP)
 	$(BIN)/python -m pytest -q -s -m families_large tests/test_families_large.py
 
