@@ -41,9 +41,10 @@ EXPORT_CONFIGS = {
 # fmt: on
 
 
-def make_export_model(name: str, seed: int = 0) -> tuple[Any, Any]:
+def make_export_model(name: str, seed: int = 0, tgt_symbols: int | None = None) -> tuple[Any, Any]:
     """(model, tokenizers) of EXPORT_CONFIGS[name]: random weights, char source vocabulary,
-    word target vocabulary; vocab sizes = symbols + 4 specials (odd numbers)."""
+    word target vocabulary of `tgt_symbols` words (default: the config's); vocab sizes =
+    symbols + 4 specials."""
     import torch
 
     from edgeseq.build_model.model import Seq2SeqTransformer
@@ -51,7 +52,8 @@ def make_export_model(name: str, seed: int = 0) -> tuple[Any, Any]:
     from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
 
     options = dict(EXPORT_CONFIGS[name])
-    src_symbols, tgt_symbols = options.pop("src_symbols"), options.pop("tgt_symbols")
+    src_symbols, words = options.pop("src_symbols"), options.pop("tgt_symbols")
+    tgt_symbols = words if tgt_symbols is None else tgt_symbols
     source = Tokenizer.train_char([string.ascii_letters[:src_symbols]])
     target = Tokenizer.train_word([" ".join(f"T{i}" for i in range(tgt_symbols))])
     cfg = ModelConfig(

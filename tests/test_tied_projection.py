@@ -12,7 +12,6 @@ exported with every graph's weights in a data file (EDGESEQ_EXTERNAL_DATA_MB=0) 
 
 from __future__ import annotations
 
-import string
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import Any
 
 import onnx
 import pytest
-from conftest import EXPORT_CONFIGS
+from conftest import make_export_model
 from test_external_data import threshold_mb
 
 from edgeseq.export import tied_projection
@@ -49,22 +48,8 @@ def small_blocks(block_bytes: int = 512) -> Iterator[None]:
 
 
 def _export(directory: Path) -> dict[str, Any]:
-    import torch
-
-    from edgeseq.build_model.model import Seq2SeqTransformer
-    from edgeseq.runtime.config import ModelConfig
-    from edgeseq.runtime.tokenizer import Tokenizer, TokenizerPair
-
-    options = dict(EXPORT_CONFIGS[MODEL])
-    src_symbols, _ = options.pop("src_symbols"), options.pop("tgt_symbols")
-    source = Tokenizer.train_char([string.ascii_letters[:src_symbols]])
-    target = Tokenizer.train_word([" ".join(f"T{i}" for i in range(TARGET_SYMBOLS))])
-    cfg = ModelConfig(
-        src_vocab_size=source.vocab_size, tgt_vocab_size=target.vocab_size, dropout=0.0, **options
-    )
-    assert cfg.tie_output and cfg.tgt_vocab_size * cfg.d_model > 8192
-    torch.manual_seed(0)
-    model, tokenizers = Seq2SeqTransformer(cfg).eval(), TokenizerPair(source, target)
+    model, tokenizers = make_export_model(MODEL, tgt_symbols=TARGET_SYMBOLS)
+    assert model.cfg.tie_output and model.cfg.tgt_vocab_size * model.cfg.d_model > 8192
     options = VariantOptions(VARIANTS, max_metric_drop=100.0, speed_inputs=2)
     return export_bundle(model, tokenizers, directory, max_new_tokens=12, variants=options)
 
