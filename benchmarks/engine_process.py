@@ -22,7 +22,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,23 @@ from vs_optimum_engines import Engine  # noqa: E402
 class ProcessEngine(Engine):
     """An engine built from `spec` in a worker process (module docstring)."""
 
-    def __init__(self, name: str, spec: dict[str, Any], threads: int, max_new: int) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        threads: int,
+        max_new: int,
+        worker: Sequence[str] = (),
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        """Start `worker` (a script and its arguments whose main loop is `serve`; default:
+        this file) with `extra_env` added to the environment, and send it `spec`."""
         super().__init__()
         self.name = name
         env = os.environ | {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+        env |= extra_env or {}
         self.process = subprocess.Popen(
-            [sys.executable, str(Path(__file__).resolve())],
+            [sys.executable, *(worker or [str(Path(__file__).resolve())])],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
@@ -94,8 +105,10 @@ def build(spec: dict[str, Any]) -> Engine:
     return EdgeseqEngine(spec["variant"], Path(spec["bundle"]), threads, texts, max_new)
 
 
-def serve(lines: Sequence[str] | Any = sys.stdin) -> None:
-    """The worker's loop (module docstring)."""
+def serve(
+    lines: Sequence[str] | Any = sys.stdin, build: Callable[[dict[str, Any]], Engine] = build
+) -> None:
+    """The worker's loop (module docstring); `build` makes the engine of the first line."""
     engine = None
     for line in lines:
         if not line.strip():

@@ -59,9 +59,11 @@ NOT_SETTINGS = frozenset(
     | {"is_assistant", "low_memory"}
 )
 # What the reference's generate runs with besides its beam size, length penalty, early
-# stopping and forced </s>: none of the checkpoint's bans, penalties or length floors.
+# stopping and forced </s>: none of the checkpoint's bans, penalties or length floors
+# (min_new_tokens 0 overrides any min_length; min_length 0 beside it would make transformers
+# warn "Both `min_new_tokens` and `min_length` seem to have been set" at every call).
 PARITY_NEUTRAL: dict[str, Any] = {
-    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": 0,
+    "no_repeat_ngram_size": 0, "encoder_no_repeat_ngram_size": 0, "min_length": None,
     "min_new_tokens": 0, "repetition_penalty": 1.0, "renormalize_logits": False,
 }  # fmt: skip
 

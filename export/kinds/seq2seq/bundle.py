@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from edgeseq.build_model.model import Seq2SeqTransformer
 from edgeseq.runtime import constants as C
 from edgeseq.runtime.atomic import atomic_directory
@@ -37,11 +39,13 @@ from ...bundle import (
     write_json,
 )
 from ...external_data import refuse_unsupported_variants
+from ...heap import release_free_heap
 from ...heldout import HeldOut, with_languages
 from ...limits import LEVEL3_MIN_INPUTS
 from ...onnx_export import GraphInfo
 from ...options import ExportOptions, Progress
 from ...parity import add_group, check_group, check_parity, random_sources
+from ...shared_weights import adopt_equal_tensors
 from ...sources import SourceReference
 from ...variants import VariantOptions
 from .float64_noise import ModelNoise
@@ -219,15 +223,30 @@ def prove_graphs(
     if engine.top_width:
         say(f"parity of the decoder's top-k outputs with its logits on {len(held.sources)} inputs")
         add_group(parity, "top", top_parity(engine, held.sources, max_new_tokens))
+        release_free_heap()
         check_group(parity, "top", top_failure)
     if reference is not None:
         say(f"parity against the source model on {len(held.sources)} inputs")
+        share_source_weights(model, reference, say)
         drift, noise = parity["level2"]["torch_cached_vs_uncached"], ModelNoise(model, held.sources)
         group = source_parity(reference, engine, held, model.cfg, max_new_tokens, drift, noise)
         add_group(parity, "source", group)
+        release_free_heap()
         say(f"  source: {'passed' if group['passed'] else 'FAILED'} ({group['seconds']} s)")
         check_group(parity, "source", source_failure)
     return parity
+
+
+def share_source_weights(
+    model: Seq2SeqTransformer, reference: SourceReference, say: Progress
+) -> None:
+    """Let `model` read the weights it has in common with the source model (a transformers
+    module behind `reference.model`) from the source's tensors (export/shared_weights.py)."""
+    source = getattr(reference, "model", None)
+    if isinstance(source, torch.nn.Module):
+        saved = adopt_equal_tensors(model, source)
+        release_free_heap()
+        say(f"  {saved / 1e6:,.0f} MB of weights read from the source model's tensors, not copied")
 
 
 def prove_variant(
@@ -237,4 +256,5 @@ def prove_variant(
     when it fails."""
     variant = VARIANT_EXPORTS[key]
     add_group(report, key, variant.parity(context, precisions))
+    release_free_heap()
     check_group(report, key, variant.failure)

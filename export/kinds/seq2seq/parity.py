@@ -36,6 +36,7 @@ from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import beam_search, greedy_search
 from edgeseq.runtime.step import StepModel
 
+from ...heap import release_free_heap
 from ...parity import (
     MAX_REPORTED_MISMATCHES,
     NOISE_FACTOR,
@@ -51,27 +52,43 @@ from .parity_graphs import level1_graphs
 LEVEL2_ROWS = 8  # held-out inputs decoded together at level 2
 LEVEL2_MAX_STEPS = 32
 LEVEL3_BATCH = 32
+# float32 logits of one step over every row of a parity batch (sources x beam): a batch of 32
+# sources at beam 4 over NLLB-200's 256,206 rows would be 131 MB per copy, and a step makes
+# several (the graph's, PyTorch's, the search's scores)
+PARITY_LOGITS_BYTES = 64 * 2**20
 LEVEL3_BEAM_SIZE = 4  # beam search is also compared, on the first LEVEL3_BEAM_INPUTS inputs
 LEVEL3_BEAM_INPUTS = 50
 
 Progress = Callable[[str], None]
 
 
+def parity_batch(vocab_size: int, beam_size: int = 1) -> int:
+    """Sources per batch of a parity search: LEVEL3_BATCH, fewer where one step's float32
+    logits of every row (sources x `beam_size` x `vocab_size`) would pass
+    PARITY_LOGITS_BYTES; at least one."""
+    return max(1, min(LEVEL3_BATCH, PARITY_LOGITS_BYTES // (4 * vocab_size * beam_size)))
+
+
 def cpu_session(path: Path) -> ort.InferenceSession:
     """A one-thread CPU session of the graph at `path`, errors only in the log (as
     `open_engine`'s): the extra graphs' parity groups run theirs on it."""
+    return ort.InferenceSession(str(path), parity_options(), providers=["CPUExecutionProvider"])
+
+
+def parity_options() -> ort.SessionOptions:
+    """One intra-op thread, errors only in the log, the memory arena off (as the runtime's:
+    an arena keeps the largest blocks level 3's batches asked for, over 1 GB at NLLB-200's
+    vocabulary)."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    options.log_severity_level = 3  # errors only
+    options.enable_cpu_mem_arena = False
+    return options
 
 
 def open_engine(encoder: str | Path, decoder: str | Path, config: ModelConfig) -> OrtStep:
     """onnxruntime CPU sessions of both graphs (one intra-op thread) behind `OrtStep`."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    options.log_severity_level = 3  # errors only
-    return OrtStep.from_files(encoder, decoder, config, ["CPUExecutionProvider"], options)
+    return OrtStep.from_files(encoder, decoder, config, ["CPUExecutionProvider"], parity_options())
 
 
 # -- level 2 ---------------------------------------------------------------------------------
@@ -170,8 +187,9 @@ def level3_sequences(
     """Greedy sequences from onnxruntime vs PyTorch (same `greedy_search`) on `sources`."""
     reference = TorchStep(model)
     identical, mismatches = 0, []
-    for start in range(0, len(sources), LEVEL3_BATCH):
-        chunk = sources[start : start + LEVEL3_BATCH]
+    batch = parity_batch(model.cfg.tgt_vocab_size)
+    for start in range(0, len(sources), batch):
+        chunk = sources[start : start + batch]
         src = right_pad(chunk, model.cfg.pad_id)
         expected = greedy_search(reference, src, max_new_tokens)
         got = greedy_search(engine, src, max_new_tokens)
@@ -205,8 +223,9 @@ def level3_beam(
 ) -> dict[str, Any]:
     """Best beam-search hypotheses (LEVEL3_BEAM_SIZE) of both engines on `sources`."""
     identical, differing = 0, []
-    for start in range(0, len(sources), LEVEL3_BATCH):
-        src = right_pad(sources[start : start + LEVEL3_BATCH], reference.pad_id)
+    batch = parity_batch(reference.vocab_size, LEVEL3_BEAM_SIZE)
+    for start in range(0, len(sources), batch):
+        src = right_pad(sources[start : start + batch], reference.pad_id)
         expected = beam_search(reference, src, LEVEL3_BEAM_SIZE, max_new)
         got = beam_search(engine, src, LEVEL3_BEAM_SIZE, max_new)
         for offset, (want, have) in enumerate(zip(expected, got, strict=True)):
@@ -246,6 +265,8 @@ def run_parity(
         level1 = level1_graphs(model, engine, seed)
         say("parity level 2: decoder logits along a greedy decode")
         level2 = level2_steps(model, engine, sources)
+        release_free_heap()
         say(f"parity level 3: greedy sequences on {len(sources)} inputs ({source_description})")
         level3 = level3_sequences(model, engine, sources, limit, texts)
+        release_free_heap()
     return parity_report(level1, level2, level3, source_description, start)

@@ -54,6 +54,7 @@ from .float64_noise import ModelNoise, noise_bound
 from .parity import LEVEL3_BEAM_INPUTS, LEVEL3_BEAM_SIZE
 
 LOGIT_ROWS = 16  # held-out inputs compared at levels 1 and 2
+LOGIT_CHUNK_BYTES = 32 * 2**20  # float32 logits of the rows compared at once (logit_chunks)
 BATCH = 16
 
 
@@ -116,28 +117,33 @@ def _logit_levels(
     noise: ModelNoise | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Levels 1 (one call over every position) and 2 (cached steps) on `sources`, each
-    within the tolerance + `drift`, or past it within `noise`'s bound on these positions."""
-    src = right_pad(sources, engine.pad_id)
-    greedy = greedy_search(forced(engine, [reference.target_prefix]), src, limit)
-    fed = [[engine.bos_id, *ids][: engine.max_len] for ids in greedy]  # what search fed
-    tgt_in = right_pad(fed, engine.pad_id)
-    real = np.zeros(tgt_in.shape, dtype=bool)
-    for row, ids in enumerate(fed):
-        real[row, : len(ids)] = True
-    want, _ = reference.step(reference.start(src), tgt_in)  # (B, T, V)
-    whole, _ = engine.step(engine.start(src), tgt_in)
-    state, steps = engine.start(src), []
-    for t in range(tgt_in.shape[1]):
-        logits, state = engine.step(state, tgt_in[:, t : t + 1])
-        steps.append(logits[:, 0])
-    stepped = np.stack(steps, axis=1)
-    level1 = max_abs_diff(whole[real], want[real])
-    level2 = max_abs_diff(stepped[real], want[real])
+    within the tolerance + `drift`, or past it within `noise`'s bound on these positions.
+    The logits are compared a few rows at a time (`logit_chunks`)."""
+    src_all = right_pad(sources, engine.pad_id)
+    greedy = greedy_search(forced(engine, [reference.target_prefix]), src_all, limit)
+    fed_all = [[engine.bos_id, *ids][: engine.max_len] for ids in greedy]  # what search fed
+    level1 = level2 = 0.0
+    chunks, positions = [], 0
+    for rows in logit_chunks(fed_all, engine.vocab_size):
+        src = right_pad([sources[i] for i in rows], engine.pad_id)
+        fed = [fed_all[i] for i in rows]
+        tgt_in = right_pad(fed, engine.pad_id)
+        real = np.arange(tgt_in.shape[1])[None, :] < np.array([len(f) for f in fed])[:, None]
+        want, _ = reference.step(reference.start(src), tgt_in)  # (B, T, V)
+        whole, _ = engine.step(engine.start(src), tgt_in)
+        level1 = max(level1, max_abs_diff(whole[real], want[real]))
+        del whole
+        state = engine.start(src)
+        for t in range(tgt_in.shape[1]):
+            logits, state = engine.step(state, tgt_in[:, t : t + 1])
+            level2 = max(level2, max_abs_diff(logits[:, 0][real[:, t]], want[:, t][real[:, t]]))
+        chunks.append((src, tgt_in, real))
+        positions += int(real.sum())
     bound = TOLERANCE_FP32 + drift
-    info = {"inputs": len(sources), "positions": int(real.sum()), "tolerance": TOLERANCE_FP32}
+    info = {"inputs": len(sources), "positions": positions, "tolerance": TOLERANCE_FP32}
     info["torch_cached_vs_uncached"] = drift
     if max(level1, level2) > bound and noise is not None:  # PyTorch's own float32 error
-        error = noise.at(src, tgt_in, real)
+        error = max(noise.at(*chunk) for chunk in chunks)
         bound = max(bound, noise_bound(error))
         info |= {"float64_noise": error, "noise_factor": NOISE_FACTOR}
     info["bound"] = bound
@@ -145,6 +151,22 @@ def _logit_levels(
         info | {"max_abs_diff": level1, "passed": level1 <= bound},
         info | {"max_abs_diff": level2, "passed": level2 <= bound},
     )
+
+
+def logit_chunks(fed: Sequence[Sequence[int]], vocab_size: int) -> list[list[int]]:
+    """Row indices of `fed` (target prefixes) in consecutive chunks whose float32 logits over
+    every position (rows x longest prefix x `vocab_size`) stay within LOGIT_CHUNK_BYTES (at
+    least one row each): a level-1 comparison holds several copies of them, and 16 rows of
+    17 positions over NLLB-200's 256,206 rows are 279 MB per copy."""
+    chunks: list[list[int]] = []
+    for index in range(len(fed)):
+        rows = [*chunks[-1], index] if chunks else [index]
+        width = max(len(fed[i]) for i in rows)
+        if chunks and len(rows) * width * vocab_size * 4 <= LOGIT_CHUNK_BYTES:
+            chunks[-1] = rows
+        else:
+            chunks.append([index])
+    return chunks
 
 
 def _divergence(

@@ -22,7 +22,7 @@ from edgeseq.runtime.padding import right_pad
 from edgeseq.runtime.search import Hypothesis, beam_search, choose_argmax, token_search
 from edgeseq.runtime.step import StepModel
 
-from .parity import LEVEL3_BATCH
+from .parity import parity_batch
 
 TOP_BEAM_SIZE = 4
 TOP_SCORE_TOLERANCE = 1e-4  # |Δ score| between the paths, and what counts as a near tie
@@ -59,11 +59,13 @@ def both_paths(
 def compare(
     model: StepModel, sources: Sequence[Sequence[int]], beam_size: int, max_new: int | None
 ) -> dict[str, Any]:
-    """The numbers of one search (beam_size 1: greedy) over `sources` in LEVEL3_BATCH batches."""
+    """The numbers of one search (beam_size 1: greedy) over `sources` in batches of
+    `parity_batch`."""
     identical = near_ties = 0
     worst, mismatches = 0.0, []
-    for start in range(0, len(sources), LEVEL3_BATCH):
-        src = right_pad(sources[start : start + LEVEL3_BATCH], model.pad_id)
+    batch = parity_batch(model.vocab_size, beam_size)
+    for start in range(0, len(sources), batch):
+        src = right_pad(sources[start : start + batch], model.pad_id)
         old, new = both_paths(model, src, beam_size, max_new)
         for offset, (a, b) in enumerate(zip(old, new, strict=True)):
             if [h.tokens for h in a] == [h.tokens for h in b]:
