@@ -29,7 +29,7 @@ def _fingerprint(tensor: Tensor) -> tuple:
     flat = tensor.detach().reshape(-1)
     if flat.numel() == 0:
         return (tuple(tensor.shape), tensor.dtype)
-    index = torch.linspace(0, flat.numel() - 1, FINGERPRINT_POINTS).long()
+    index = torch.arange(FINGERPRINT_POINTS) * (flat.numel() - 1) // (FINGERPRINT_POINTS - 1)
     return (tuple(tensor.shape), tensor.dtype, tuple(flat[index].tolist()))
 
 

@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from edgeseq.export.kinds.seq2seq.parity import LEVEL3_BEAM_INPUTS, open_engine, run_parity
+from edgeseq.export.kinds.seq2seq.parity import (
+    LEVEL3_BATCH,
+    LEVEL3_BEAM_INPUTS,
+    open_engine,
+    parity_batch,
+    run_parity,
+)
 from edgeseq.export.kinds.seq2seq.parity_graphs import decoder_feeds
+from edgeseq.export.kinds.seq2seq.source_parity import LOGIT_CHUNK_BYTES, logit_chunks
 from edgeseq.export.limits import LEVEL3_MIN_INPUTS
 from edgeseq.export.parity import TOLERANCE_FP32, check_parity, random_sources
 from edgeseq.export.report import format_parity
@@ -125,3 +132,23 @@ def test_level2_bound_covers_cached_logits_and_older_manifests_read() -> None:
     new = {k: v for k, v in old.items() if k != "uncached_bound"}
     new |= {"torch_cached_vs_uncached": drift, "bound": TOLERANCE_FP32 + drift}
     assert "FAIL" not in format_parity(report | {"level2": new})
+
+
+def test_parity_batches_shrink_only_for_vocabulary_sized_logits() -> None:
+    assert parity_batch(58_101) == parity_batch(58_101, 4) == LEVEL3_BATCH  # opus-mt
+    assert parity_batch(32_128, 4) == LEVEL3_BATCH  # T5
+    assert parity_batch(256_206) == LEVEL3_BATCH  # NLLB-200 greedy: 64 rows would fit
+    assert parity_batch(256_206, 4) == 16  # beam 4: 64 rows of 1 MB of logits
+    assert parity_batch(10**9, 4) == 1
+
+
+def test_logit_chunks_cover_every_row_in_order_within_the_budget() -> None:
+    vocab = 256_206
+    fed = [[1] * n for n in (3, 17, 5, 17, 2, 9, 17, 1)]
+    chunks = logit_chunks(fed, vocab)
+    assert [i for chunk in chunks for i in chunk] == list(range(len(fed)))
+    for chunk in chunks:
+        width = max(len(fed[i]) for i in chunk)
+        assert len(chunk) == 1 or len(chunk) * width * vocab * 4 <= LOGIT_CHUNK_BYTES
+    assert len(chunks) > 1
+    assert logit_chunks(fed, 100) == [list(range(len(fed)))]  # a small vocabulary: one chunk

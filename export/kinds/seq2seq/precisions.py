@@ -45,6 +45,7 @@ from ...convert import (
 )
 from ...external_data import load_graph
 from ...gate import GateError, gate_numbers, gate_row, gate_summary, raise_if_missed
+from ...heap import release_free_heap
 from ...heldout import HeldOut
 from ...quantize import OUTPUT_GROUP, PER_CHANNEL, REDUCE_RANGE, graph_groups, quantize_graph
 from ...variants import PRECISIONS, VariantOptions, finish_table
@@ -273,6 +274,8 @@ def measure_speed(
             engine = open_variant(directory, name, config)
             loaded = time.perf_counter()
             stats = time_search(engine, spec)["1"]
+            del engine  # before the next variant's sessions open: one graph's weights at a time
+            release_free_heap()
             entry = best[name]
             entry["load"] = min(entry["load"], loaded - start)
             entry["rate"] = max(entry["rate"], stats["tokens_per_s"])
