@@ -8,7 +8,7 @@ Hugging Face checkpoint of any family, each engine and cell in a fresh process.
 BUNDLE is edgeseq's export of the checkpoint, CT2_DIR CTranslate2's conversion of it. The
 inputs are `--inputs` made-up English sentences (benchmarks/marian_opus.py's), tokenized by
 the bundle's own tokenizer for both engines: CTranslate2 gets the token strings (with the
-source language token first and `</s>` last when `--source-lang` is given, and the target
+source language's token first and `</s>` last when `--source-lang` is given, and the target
 language as its target prefix), edgeseq the text. Each worker reads its RSS after importing
 its library (`base`), after loading the model (`loaded`), and its peak after decoding every
 input at `--max-new-tokens` (VmHWM of /proc/self/status); the table gives the peak minus base
@@ -40,6 +40,18 @@ def texts(count: int) -> list[str]:
     from marian_opus import held_out_sentences
 
     return sorted(held_out_sentences(count), key=len)
+
+
+def language_token(bundle: Path, code: str | None) -> str | None:
+    """The token string of language `code` in the bundle's tokenizer, as CTranslate2 takes
+    it ("__en__" for M2M-100's "en"; NLLB's and mBART-50's codes are their tokens)."""
+    if code is None:
+        return None
+    import tokenizers
+
+    codes = json.loads((bundle / "config.json").read_text(encoding="utf-8"))["languages"]["codes"]
+    tokenizer = tokenizers.Tokenizer.from_file(str(bundle / "tokenizer.json"))
+    return tokenizer.id_to_token(codes[code])
 
 
 def edgeseq_worker(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,12 +88,14 @@ def ct2_worker(args: argparse.Namespace) -> dict[str, Any]:
         compute_type=PRECISIONS[args.precision],
     )  # fmt: skip
     loaded = status_mb("self", "VmRSS")
-    first = [args.source_lang] if args.source_lang else []
+    source_token = language_token(args.bundle, args.source_lang)
+    target_token = language_token(args.bundle, args.target_lang)
+    first = [source_token] if source_token else []
     sources = [
         first + tokenizer.encode(text, add_special_tokens=False).tokens + ["</s>"]
         for text in inputs
     ]
-    prefix = [[args.target_lang]] * len(sources) if args.target_lang else None
+    prefix = [[target_token]] * len(sources) if target_token else None
     start = time.perf_counter()
     results = translator.translate_batch(
         sources, target_prefix=prefix, beam_size=args.beam, max_batch_size=args.batch,

@@ -40,6 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from engine_process import ProcessEngine, serve  # noqa: E402
+from family_rss import language_token  # noqa: E402
 from harness import (  # noqa: E402
     cpu_info,
     ct2_best_isa,
@@ -111,8 +112,10 @@ class Ct2Worker(Engine):
 
     def decode(self, batches, beam):
         spec, outputs, tokens = self.spec, [], 0
-        first = [spec["source_lang"]] if spec["source_lang"] else []
-        prefix = [spec["target_lang"]] if spec["target_lang"] else []
+        bundle = Path(spec["bundle"])
+        source, target = (language_token(bundle, spec[k]) for k in ("source_lang", "target_lang"))
+        first = [source] if source else []
+        prefix = [target] if target else []
         cap = spec["max_new"]
         for batch in batches:
             sources = [first + [self.token(i) for i in ids] + ["</s>"] for ids in batch]
