@@ -40,7 +40,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from engine_process import ProcessEngine, serve  # noqa: E402
-from family_rss import language_token  # noqa: E402
+from family_rss import PRECISIONS, language_token  # noqa: E402
 from harness import (  # noqa: E402
     cpu_info,
     ct2_best_isa,
@@ -53,8 +53,6 @@ from harness import (  # noqa: E402
     versions,
 )
 from vs_optimum_engines import Engine  # noqa: E402
-
-PRECISIONS = {"fp32": "float32", "int8": "int8"}  # edgeseq variant -> CTranslate2 compute type
 
 
 def sentences(count: int) -> list[str]:
