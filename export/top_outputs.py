@@ -9,7 +9,8 @@ normaliser, computed in the graph after `logits`, so that greedy and beam search
 The runtime ranks by `topk_logits - topk_logits[:, 0] - log_normalizer` in float64: the
 order within a row is the logits' own (TopK on the float32 logits, ties by the lower id, as
 numpy's stable sorts and argmax), and the only rounding the float32 graph adds is one per
-row, in `log_normalizer` (a number in [0, log V], where float32 steps are <= 5e-7).
+row, in `log_normalizer` (a number in [0, log V]: its float32 sum, at most 6e-6 off float64
+at 58,101 rows; float64 above `FLOAT64_SUM_ROWS`).
 """
 
 from __future__ import annotations
@@ -26,10 +27,10 @@ from edgeseq.runtime.config import ModelConfig
 PREFIX = C.TOP_NODE_PREFIX  # names of the nodes and constants added here
 # Above this many vocabulary rows the normaliser's sum runs in float64. A float32 sum drops
 # the terms below half an ulp of the running total, and more such terms lose more: 256,206
-# rows (NLLB-200) put the log 3.5e-5 off per step and beam scores 2e-4 off the float64 logits
-# path; 58,101 (opus-mt) 1.2e-5. The float64 cast and sum double the normaliser's time (128
-# rows of 58,101: 6.5 -> 12.1 ms on one thread; benchmarks/normaliser_sum.py), so smaller
-# vocabularies keep float32.
+# rows (NLLB-200) put a float32 sum 2e-5 to 3.5e-5 off float64 per row, enough to move beam
+# scores 2e-4 off the float64 logits path; 58,101 (opus-mt) 6e-6. The float64 path takes
+# several passes over the logits where float32's LogSoftmax is one kernel, about half the
+# time (benchmarks/normaliser_sum.py), so smaller vocabularies keep float32.
 FLOAT64_SUM_ROWS = 65536
 
 
@@ -42,7 +43,11 @@ def add_top_outputs(proto: onnx.ModelProto, cfg: ModelConfig) -> None:
     """Append `topk_ids` int64 [batch, k], `topk_logits` float32 [batch, k] (k =
     `C.topk_width(V)`, largest first) and `log_normalizer` float32 [batch] (log of the sum of
     exp(logit - max logit)) of `logits[:, -1]` to a decoder-step graph whose output `logits`
-    is float32 [batch, new_len, V]."""
+    is float32 [batch, new_len, V].
+
+    The vocabulary-wide work reads `logits` as it is, over its last axis, and only its small
+    results are gathered at the last position: a step has one new position, and gathering
+    (batch, V) logits first would copy them."""
     _require_opset(proto, 18)  # ReduceMax's axes as an input
     graph, k = proto.graph, C.topk_width(cfg.tgt_vocab_size)
     logits = next(o for o in graph.output if o.name == C.LOGITS)
@@ -57,28 +62,29 @@ def add_top_outputs(proto: onnx.ModelProto, cfg: ModelConfig) -> None:
             ("last", _int64(-1, scalar=True)),
             ("k", _int64(k)),
             ("axis", _int64(-1)),
-            ("rows", _int64(1)),
         )
     )
+    float64 = cfg.tgt_vocab_size > FLOAT64_SUM_ROWS
     graph.node.extend(
         [
-            helper.make_node("Gather", [C.LOGITS, n("last")], [n("logits")], n("Gather"), axis=1),
             helper.make_node(
                 "TopK",
-                [n("logits"), n("k")],
-                [C.TOPK_LOGITS, C.TOPK_IDS],
+                [C.LOGITS, n("k")],
+                [n("values"), n("ids")],
                 n("TopK"),
                 axis=-1,
                 largest=1,
                 sorted=1,
             ),
-            # log(sum(exp(x - max))), each op over (batch, V) vectorised in onnxruntime; the max
-            # is not added back: a float32 sum with it would round at its magnitude
-            helper.make_node("ReduceMax", [n("logits"), n("axis")], [n("max")], n("ReduceMax")),
-            helper.make_node("Sub", [n("logits"), n("max")], [n("shifted")], n("Sub")),
-            helper.make_node("Exp", [n("shifted")], [n("exp")], n("Exp")),
-            *log_sum_nodes(n("exp"), n("axis"), n("log"), cfg.tgt_vocab_size > FLOAT64_SUM_ROWS),
-            helper.make_node("Squeeze", [n("log"), n("rows")], [C.LOG_NORMALIZER], n("Squeeze")),
+            *normaliser_nodes(C.LOGITS, n("axis"), n("log"), float64, PREFIX),
+            *(
+                helper.make_node("Gather", [n(name), n("last")], [out], n(f"Gather_{name}"), axis=1)
+                for name, out in (
+                    ("values", C.TOPK_LOGITS),
+                    ("ids", C.TOPK_IDS),
+                    ("log", C.LOG_NORMALIZER),
+                )
+            ),
         ]
     )
     graph.output.extend(
@@ -90,18 +96,35 @@ def add_top_outputs(proto: onnx.ModelProto, cfg: ModelConfig) -> None:
     )
 
 
-def log_sum_nodes(exp: str, axis: str, out: str, float64: bool) -> list[onnx.NodeProto]:
-    """Nodes computing `out` = log(ReduceSum(`exp`, `axis`)), the sum in float64 if asked."""
+def normaliser_nodes(
+    logits: str, axis: str, out: str, float64: bool, prefix: str = ""
+) -> list[onnx.NodeProto]:
+    """Nodes computing `out` = log(sum(exp(x - max x))) over the last axis of float32
+    `logits` (that axis dropped), where `axis` names the int64 constant [-1]. The max is not
+    added back: a float32 result with it would round at its magnitude.
+
+    float32: -max(LogSoftmax(x)), one vectorised kernel (at the max, LogSoftmax is
+    (x - max) - log(sum) = -log(sum)). float64: the shifted exponentials summed in float64."""
+
+    def n(name: str) -> str:
+        return f"{prefix}{name}"
+
     if not float64:
         return [
-            helper.make_node("ReduceSum", [exp, axis], [exp + "_sum"], exp + "_ReduceSum"),
-            helper.make_node("Log", [exp + "_sum"], [out], exp + "_Log"),
+            helper.make_node("LogSoftmax", [logits], [n("log_softmax")], n("LogSoftmax"), axis=-1),
+            helper.make_node(
+                "ReduceMax", [n("log_softmax"), axis], [n("neg_log")], n("ReduceMax"), keepdims=0
+            ),
+            helper.make_node("Neg", [n("neg_log")], [out], n("Neg")),
         ]
     return [
-        helper.make_node("Cast", [exp], [exp + "64"], exp + "_Cast64", to=TensorProto.DOUBLE),
-        helper.make_node("ReduceSum", [exp + "64", axis], [exp + "_sum"], exp + "_ReduceSum"),
-        helper.make_node("Log", [exp + "_sum"], [exp + "_log"], exp + "_Log"),
-        helper.make_node("Cast", [exp + "_log"], [out], exp + "_Cast32", to=TensorProto.FLOAT),
+        helper.make_node("ReduceMax", [logits, axis], [n("max")], n("ReduceMax")),
+        helper.make_node("Sub", [logits, n("max")], [n("shifted")], n("Sub")),
+        helper.make_node("Exp", [n("shifted")], [n("exp")], n("Exp")),
+        helper.make_node("Cast", [n("exp")], [n("exp64")], n("Cast64"), to=TensorProto.DOUBLE),
+        helper.make_node("ReduceSum", [n("exp64"), axis], [n("sum")], n("ReduceSum"), keepdims=0),
+        helper.make_node("Log", [n("sum")], [n("log64")], n("Log")),
+        helper.make_node("Cast", [n("log64")], [out], n("Cast32"), to=TensorProto.FLOAT),
     ]
 
 
