@@ -88,7 +88,7 @@ def step_model(
     checked = load_bundle(bundle)
     step: Any = OrtStep.from_files(*checked.graphs(variant), checked.config, options=options)
     in_place = graph_variant_path(checked, IN_PLACE.key, variant)
-    if decoder == "auto" and generation.beam_size > 1 and in_place is not None:
+    if decoder == "auto" and (generation.beam_size or 1) > 1 and in_place is not None:
         session = open_graph_variant(
             checked, IN_PLACE.key, variant, step.decoder.get_providers(), options
         )
@@ -102,7 +102,7 @@ def loop_share(
     words: list[str],
     generation: GenerationOptions,
     threads: int,
-    decoder: str,
+    decoder: str = "auto",
 ) -> dict[str, float]:
     """One unprofiled pass (after a warm-up call): wall seconds, seconds inside the encoder
     and decoder sessions, and the rest's share of the wall time (the Python loop)."""
@@ -131,7 +131,7 @@ def profile_decoder(
     threads: int,
     passes: int,
     directory: str,
-    decoder: str,
+    decoder: str = "auto",
 ) -> tuple[Path, float]:
     """Run the profiled passes; return the decoder's profile file and the passes' seconds."""
     options = providers.session_options(threads)  # edgeseq's options, with the profiler on

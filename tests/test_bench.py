@@ -324,6 +324,27 @@ def test_decoder_profile_counts_kernel_time_and_no_layer_slicing(runtime_case, t
         assert 0 < loop["python_share"] < 1
 
 
+def test_decoder_profile_profiles_the_decoder_generate_runs(in_place_bundle, tmp_path) -> None:
+    """Beam search on a bundle with the in-place decoder: the profile and the loop's timing
+    are of `DecoderMaskedMultiHeadAttention` steps (what `generate` runs), decoder.onnx's
+    copying loop only with decoder "copy"."""
+    from edgeseq.runtime.search import GenerationOptions
+
+    script = load_script("decoder_profile")
+    words = ["abc", "hgfedcba", "j", "abcabcab"] * 2
+    beam = GenerationOptions(batch_size=4, beam_size=3).filled()
+    for decoder, in_place in (("auto", True), ("copy", False)):
+        directory = tmp_path / decoder
+        directory.mkdir()
+        profile, _ = script.profile_decoder(
+            str(in_place_bundle), "fp32", words, beam, 1, 1, str(directory), decoder
+        )
+        _, events = script.kernel_time_by_op(profile)
+        assert (events.get("DecoderMaskedMultiHeadAttention", 0) > 0) == in_place
+        loop = script.loop_share(str(in_place_bundle), "fp32", words, beam, 1, decoder)
+        assert loop["wall_s"] > loop["decoder_s"] > 0
+
+
 # -- benchmarks/harness.py (shared by vs_ctranslate2.py and vs_optimum.py) ---------------------
 class _LoggingEngine:
     """One token per source; logs (name, beam, batches) of every call."""

@@ -48,7 +48,14 @@ from .. import constants as C
 from ..config import ModelConfig
 from ..errors import OptionsError
 from .buffer_pool import GENERATIONS, BufferPool, Lease, size_class
-from .indirection import check_live, check_room, grown_indirection, mark_written, plan_select
+from .indirection import (
+    check_live,
+    check_room,
+    cross_rows,
+    grown_indirection,
+    mark_written,
+    plan_select,
+)
 from .ort_step import Layers, OrtStep
 
 MIN_CACHE_LEN = 64  # first buffer length (positions), at least; grows by doubling
@@ -60,9 +67,10 @@ Runs = tuple[tuple[int, int, int], ...]  # (first new row, first old row, length
 
 @dataclass
 class InPlaceState:
-    """Cross K/V, src_mask and source_rows as `OrtState`'s; the cache as buffers, L-tuples
-    of (B, H, M, dh) with `past` positions filled; `width` rows per block; `indirection`
-    int32 (B / width, width, M)."""
+    """Cross K/V and src_mask as `OrtState`'s, with one row per block (B / width rows) for a
+    decoder that takes them per input (`per_input_cross`); source_rows (B,) as `OrtState`'s;
+    the cache as buffers, L-tuples of (B, H, M, dh) with `past` positions filled; `width`
+    rows per block; `indirection` int32 (B / width, width, M)."""
 
     cross_k: Layers
     cross_v: Layers
@@ -82,7 +90,7 @@ class InPlaceState:
     @property
     def batch(self) -> int:
         """Rows in the state."""
-        return int(self.src_mask.shape[0])
+        return len(self.source_rows)
 
     @property
     def past_len(self) -> int:
@@ -118,6 +126,7 @@ class InPlaceStep(OrtStep):
         )
         self.names[C.PRESENT_K] = C.layer_names(C.PRESENT_K, self.layers)
         self.names[C.PRESENT_V] = C.layer_names(C.PRESENT_V, self.layers)
+        self.per_input = per_input_cross(decoder)
 
     def buffers(self, lease: Lease, rows: int, length: int) -> Layers:
         """L buffers (rows, H, length, dh) from the pool (contents undefined), in the
@@ -257,17 +266,25 @@ class InPlaceStep(OrtStep):
         state.past = past + 1
         return out, state
 
-    def _source(
-        self, state: InPlaceState, rows: np.ndarray, runs: Runs | None
+    def _outer(
+        self, state: InPlaceState, rows: np.ndarray, width: int, compact: bool = False
     ) -> tuple[Layers, Layers, np.ndarray, np.ndarray]:
-        """`select_source`, except that rows leaving (`rows` increasing: their `runs`) move
-        the cross K/V rows that stay down inside their arrays instead of copying them out."""
-        if runs is None or np.array_equal(state.source_rows[rows], state.source_rows):
-            return self.select_source(state, rows)
-        cross = tuple(_compacted(a, runs) for a in (*state.cross_k, *state.cross_v))
-        src_mask = np.take(state.src_mask, rows, axis=0)
+        """Cross K/V, src_mask and source_rows of batch rows `rows` (B',) in blocks of `width`
+        (`cross_rows`): the same arrays when every cross row keeps its source, else gathered;
+        with `compact`, rows that leave (the kept ones increasing) move the cross rows that
+        stay down inside their arrays instead of copying them out."""
+        source_rows = state.source_rows[rows]
+        kept = cross_rows(state.source_rows, state.width, rows, width, self.per_input)
+        if kept is None:
+            return state.cross_k, state.cross_v, state.src_mask, source_rows
+        runs = _runs(kept) if compact else None
+        arrays = (*state.cross_k, *state.cross_v)
+        if runs is not None:
+            cross = tuple(_compacted(a, runs) for a in arrays)
+        else:
+            cross = tuple(np.take(a, kept, axis=0) for a in arrays)
         layers = self.layers
-        return cross[:layers], cross[layers:], src_mask, state.source_rows[rows]
+        return cross[:layers], cross[layers:], np.take(state.src_mask, kept, axis=0), source_rows
 
     def select(self, state: InPlaceState, rows: np.ndarray) -> InPlaceState:  # type: ignore[override]
         """Gather batch rows (int64 (B',), may repeat); see the module docstring."""
@@ -292,13 +309,13 @@ class InPlaceStep(OrtStep):
         past, buffers = state.past, state.cache_k + state.cache_v
         if plan.source is not None:  # whole blocks kept
             runs = _runs(plan.source)
-            outer = self._source(state, plan.source, runs)  # a block's rows share cross K/V
+            outer = self._outer(state, plan.source, plan.width, compact=runs is not None)
             cache = tuple(self._copy(a, plan.source, runs, past, state.lease) for a in buffers)
             replaced = () if runs is not None else buffers  # copied
             return self._moved(outer, cache, plan.width, plan.indirection, state, replaced)
         # Resolve the indirection: row i's position t is in old buffer row held[i, t].
         assert plan.held is not None
-        outer = self.select_source(state, rows)
+        outer = self._outer(state, rows, plan.width)
         positions = np.arange(past)
         resolved = []
         for array in buffers:
@@ -306,6 +323,15 @@ class InPlaceStep(OrtStep):
             new[:, :, :past] = array[plan.held, :, positions].transpose(0, 2, 1, 3)
             resolved.append(new)
         return self._moved(outer, tuple(resolved), plan.width, plan.indirection, state, buffers)
+
+
+def per_input_cross(decoder: ort.InferenceSession) -> bool:
+    """Whether an in-place decoder takes its cross K/V with one row per input (per block:
+    their first axis is `C.INPUTS`, export/kinds/seq2seq/in_place_graph.py) rather than one
+    per row (`C.BATCH`, graphs exported before)."""
+    first = C.layer_names(C.CROSS_K, 1)[0]
+    shape = next(arg.shape for arg in decoder.get_inputs() if arg.name == first)
+    return shape[0] == C.INPUTS
 
 
 def cache_length(max_len: int, src_len: int) -> int:

@@ -38,8 +38,15 @@ from .. import constants as C
 from ..config import ModelConfig
 from ..device_rows import ELEMENT_TYPES
 from .bound_step import OrtBoundStep, Values
-from .in_place import cache_length, check_one_token
-from .indirection import check_live, check_room, grown_indirection, mark_written, plan_select
+from .in_place import cache_length, check_one_token, per_input_cross
+from .indirection import (
+    check_live,
+    check_room,
+    cross_rows,
+    grown_indirection,
+    mark_written,
+    plan_select,
+)
 
 CUDA_HEAD_SIZES = (32, 64, 128)  # head sizes onnxruntime's CUDA kernel of the in-place op has
 
@@ -52,7 +59,8 @@ def runs_on_cuda(config: ModelConfig) -> bool:
 
 @dataclass
 class InPlaceDeviceState:
-    """Cross K/V, L-tuples of (B, H, S, dh), src_mask (B, S) bool and the cache buffers,
+    """Cross K/V, L-tuples of (C, H, S, dh), src_mask (C, S) bool (C = B / width rows, one
+    per block, for a decoder that takes them per input, else C = B) and the cache buffers,
     L-tuples of (B, H, M, dh) with `past` positions filled: OrtValues on the device;
     source_rows int64 (B,) (the encoder row of each row, `OrtState`'s) and `indirection`
     int32 (B / width, width, M) on the host; `width` rows per block."""
@@ -74,7 +82,7 @@ class InPlaceDeviceState:
     @property
     def batch(self) -> int:
         """Rows in the state."""
-        return int(self.src_mask.shape()[0])
+        return len(self.source_rows)
 
     @property
     def past_len(self) -> int:
@@ -102,6 +110,7 @@ class InPlaceDeviceStep(OrtBoundStep):
         super().__init__(encoder, decoder, config, device_type, device_id)
         self.names[C.PRESENT_K] = C.layer_names(C.PRESENT_K, self.layers)
         self.names[C.PRESENT_V] = C.layer_names(C.PRESENT_V, self.layers)
+        self.per_input = per_input_cross(decoder)
         inputs = {arg.name: arg.type for arg in decoder.get_inputs()}
         # ONNX element type of the buffers: the decoder's cache input's
         self.cache_element_type = ELEMENT_TYPES[inputs[self.names[C.PAST_K][0]]]
@@ -235,25 +244,27 @@ class InPlaceDeviceStep(OrtBoundStep):
             return self._gathered(state, plan.source, rows, plan.width, plan.indirection)
         assert plan.held is not None
         if state.past == 0:  # nothing written yet: new buffers
-            outer = self._outer(state, rows)
+            outer = self._outer(state, rows, plan.width)
             count, length = len(rows), state.cache_len
             cache = self.buffers(count, length) + self.buffers(count, length)  # keys, values
             return self._moved(outer, cache, plan.width, plan.indirection, state)
         if (plan.held == plan.held[:, :1]).all():  # each row's positions in one old row
             return self._gathered(state, plan.held[:, 0], rows, plan.width, plan.indirection)
-        outer = self._outer(state, rows)
+        outer = self._outer(state, rows, plan.width)
         cache = self.rows.resolve(buffers, plan.held)
         return self._moved(outer, cache, plan.width, plan.indirection, state)
 
     def _outer(
-        self, state: InPlaceDeviceState, rows: np.ndarray
+        self, state: InPlaceDeviceState, rows: np.ndarray, width: int
     ) -> tuple[Values, Values, ort.OrtValue, np.ndarray]:
-        """Cross K/V, src_mask and source_rows of batch rows `rows` (B',): the same values
-        when every row keeps its source row, else gathered on the device."""
+        """Cross K/V, src_mask and source_rows of batch rows `rows` (B',) in blocks of `width`
+        (`cross_rows`): the same values when every cross row keeps its source, else gathered
+        on the device."""
         source_rows = state.source_rows[rows]
-        if np.array_equal(source_rows, state.source_rows):
+        kept = cross_rows(state.source_rows, state.width, rows, width, self.per_input)
+        if kept is None:
             return state.cross_k, state.cross_v, state.src_mask, source_rows
-        *cross, src_mask = self.rows.gather([*state.cross_k, *state.cross_v, state.src_mask], rows)
+        *cross, src_mask = self.rows.gather([*state.cross_k, *state.cross_v, state.src_mask], kept)
         layers = self.layers
         return tuple(cross[:layers]), tuple(cross[layers:]), src_mask, source_rows
 
@@ -268,16 +279,16 @@ class InPlaceDeviceStep(OrtBoundStep):
         """The state of batch rows `rows` (B',) whose buffers are the old buffers' rows
         `buffer_rows` (B',), each in the same block as the row of `rows` in its place (so of
         the same source row): one `Gather` for the buffers and, when rows change source, the
-        cross K/V and mask."""
+        cross K/V and mask (in the same graph when they hold one row per row)."""
         buffers = [*state.cache_k, *state.cache_v]
-        source_rows = state.source_rows[rows]
-        if np.array_equal(source_rows, state.source_rows):
+        kept = cross_rows(state.source_rows, state.width, rows, width, self.per_input)
+        if kept is None or self.per_input:
             cache = self.rows.gather(buffers, buffer_rows)
-            outer = (state.cross_k, state.cross_v, state.src_mask, source_rows)
+            outer = self._outer(state, rows, width)
             return self._moved(outer, cache, width, indirection, state)
         sources = [*state.cross_k, *state.cross_v, state.src_mask]
         *gathered, src_mask = self.rows.gather([*buffers, *sources], buffer_rows)
         cache, cross = tuple(gathered[: len(buffers)]), gathered[len(buffers) :]
         layers = self.layers
-        outer = (tuple(cross[:layers]), tuple(cross[layers:]), src_mask, source_rows)
+        outer = (tuple(cross[:layers]), tuple(cross[layers:]), src_mask, state.source_rows[rows])
         return self._moved(outer, cache, width, indirection, state)

@@ -16,6 +16,10 @@ int32 table (B / W, W, M) for buffers of M positions. A selection of rows is one
 - "resolve": anything else (the first beam step repeats each input's row): new row i's
   position t is read from old buffer row `held[i, t]` into new buffers, whose blocks are the
   runs of rows that came from the same old block and whose table is the identity.
+
+The rows of a block come from one old block, so from one source: a decoder whose cross K/V
+and src_mask hold one row per block (`cross_rows`' `per_input`) keeps them through any
+selection that keeps every block's source.
 """
 
 from __future__ import annotations
@@ -57,6 +61,20 @@ def plan_select(indirection: np.ndarray, width: int, past: int, rows: np.ndarray
         return Selection("blocks", width, flat[rows].reshape(-1, width, length), source=source)
     held = old_block[:, None] * width + flat[rows, :past]
     return Selection("resolve", new_width, identity(count, new_width, length), held=held)
+
+
+def cross_rows(
+    source_rows: np.ndarray, width: int, rows: np.ndarray, new_width: int, per_input: bool
+) -> np.ndarray | None:
+    """The rows of a state's cross K/V and src_mask that the selection of batch rows `rows`
+    (B',) into blocks of `new_width` keeps, from a state of blocks of `width` whose rows
+    come from sources `source_rows` (B,): None when they stay as they are, else the old
+    rows, int64: one per new row, or with `per_input` (the cross K/V hold one row per block,
+    which a block's rows share) one per new block."""
+    old_step, new_step = (width, new_width) if per_input else (1, 1)
+    if np.array_equal(source_rows[rows][::new_step], source_rows[::old_step]):
+        return None
+    return rows[::new_step] // old_step
 
 
 def identity(rows: int, width: int, length: int) -> np.ndarray:

@@ -14,7 +14,10 @@ bound with IO binding as both `past_k.i` and `present_k.i`: its
 `DecoderMaskedMultiHeadAttention` nodes write the new key and value at `past_length`, and
 read position t of row n * W + w from row n * W + cache_indirection[n, w, t] when
 `beam_width` W > 1, so reordering hypotheses is an update of that small int32 table
-(runtime/kinds/in_place.py). The other inputs and the logits are decoder.onnx's.
+(runtime/kinds/in_place.py). The cross K/V and src_mask hold one row per block (an input's
+hypotheses share its source): each input's W queries attend to its keys together, one
+W x S attention per input and head instead of W separate ones. The other inputs and the
+logits are decoder.onnx's.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class FusedInPlaceDecoder(FusedDecoderStep):
     positional "relative" `biased_in_place_self_attention`, fed the step's one score bias).
 
     Inputs: input_ids int64 [B, 1]; past_k.i/past_v.i float32 [B, H, M, dh] (the buffers,
-    past_length positions filled); cross_k.i/cross_v.i [B, H, S, dh]; src_mask bool [B, S];
+    past_length positions filled); cross_k.i/cross_v.i [I, H, S, dh] and src_mask bool [I, S]
+    with one row per block of W rows (I = B / W inputs: an input's hypotheses share them);
     cache_mask int32 [B, P+1]; past_length int32 [1] (P, the new token's position);
     beam_width int32 [1] (W); cache_indirection int32 [B/W, W, M].
     Outputs: logits [B, 1, V]; present_k.i/present_v.i [B, H, M, dh], the buffers with
@@ -91,7 +95,7 @@ class FusedInPlaceDecoder(FusedDecoderStep):
                 cache_indirection, n_heads,
             )  # fmt: skip
 
-        return self.layers(x, attend, cross_k, cross_v, src_mask)
+        return self.layers(x, attend, cross_k, cross_v, src_mask, per_input=True)
 
 
 def in_place_example(cfg: ModelConfig) -> tuple[Any, ...]:
@@ -102,9 +106,6 @@ def in_place_example(cfg: ModelConfig) -> tuple[Any, ...]:
     batch, length = inputs * EXAMPLE_BEAM, min(past + 3, cfg.max_len)
     _, _, _, cross_k, cross_v, src_mask = decoder_example(cfg)
 
-    def rows(tensors: tuple[Tensor, ...]) -> tuple[Tensor, ...]:
-        return tuple(t.repeat_interleave(EXAMPLE_BEAM, dim=0) for t in tensors)
-
     def buffers() -> tuple[Tensor, ...]:
         shape = (batch, cfg.n_heads, length, cfg.d_head)
         return tuple(torch.randn(shape) for _ in range(cfg.n_decoder_layers))
@@ -113,9 +114,9 @@ def in_place_example(cfg: ModelConfig) -> tuple[Any, ...]:
         torch.randint(len(C.SPECIAL_TOKENS), cfg.tgt_vocab_size, (batch, 1)),
         buffers(),
         buffers(),
-        rows(cross_k),
-        rows(cross_v),
-        src_mask.repeat_interleave(EXAMPLE_BEAM, dim=0),
+        cross_k,
+        cross_v,
+        src_mask,
         torch.ones(batch, past + 1, dtype=torch.int32),
         torch.tensor([past], dtype=torch.int32),
         torch.tensor([EXAMPLE_BEAM], dtype=torch.int32),
@@ -136,18 +137,19 @@ def export_in_place_decoder(
     cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_positions)
     layers = cfg.n_decoder_layers
     cache = ({0: batch, 2: cache_len},) * layers
-    cross = ({0: batch, 2: src_len},) * layers
+    inputs = Dim(C.INPUTS, min=1)
+    cross = ({0: inputs, 2: src_len},) * layers  # one row per input: per_input
     dynamic = {  # keyed by FusedInPlaceDecoder.forward's parameter names
         "input_ids": {0: batch},
         "past_k": cache,
         "past_v": cache,
         "cross_k": cross,
         "cross_v": cross,
-        "src_mask": {0: batch, 1: src_len},
+        "src_mask": {0: inputs, 1: src_len},
         "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_positions)},
         "past_length": None,
         "beam_width": None,
-        "cache_indirection": {0: Dim(C.INPUTS, min=1), 1: Dim(C.BEAMS, min=1), 2: cache_len},
+        "cache_indirection": {0: inputs, 1: Dim(C.BEAMS, min=1), 2: cache_len},
     }
     names = (C.in_place_decoder_inputs(layers), C.decoder_outputs(layers))
     module = FusedInPlaceDecoder(model)

@@ -214,12 +214,17 @@ class FusedDecoderStep(nn.Module):
         cross_k: tuple[Tensor, ...],
         cross_v: tuple[Tensor, ...],
         src_mask: Tensor,
+        per_input: bool = False,
     ) -> tuple[Tensor, ...]:
         """The decoder layers on embedded x (B, N, D), self-attention by `attend(i, q, k, v)`
         -> (attention (B, N, D), present_k, present_v) for layer i -> logits (B, N, V), L
-        present_k then L present_v."""
+        present_k then L present_v.
+
+        `per_input`: cross K/V (I, H, S, dh) and src_mask (I, S) hold one row per input, whose
+        B / I rows are consecutive in x (an input's beam hypotheses): each input's queries
+        attend to its keys as one (B / I) x S attention instead of B / I separate ones."""
         model, cfg = self.model, self.model.cfg
-        keep = src_mask.to(torch.int32)  # (B, S)
+        keep = src_mask.to(torch.int32)  # (B, S), or (I, S) per input
         present_k, present_v = [], []
         for i, layer in enumerate(model.decoder_layers):
             h = layer.sub_self.inner(x)
@@ -229,7 +234,12 @@ class FusedDecoderStep(nn.Module):
             present_v.append(v)
             x = layer.sub_self.outer(x, layer.self_attn.w_o(attn))
             q = layer.cross_attn.w_q(layer.sub_cross.inner(x))
-            attn = padded_attention(q, cross_k[i], cross_v[i], keep, cfg.n_heads)
+            if per_input:  # (B, N, D) -> (I, B / I * N, D) and back
+                grouped = q.reshape(cross_k[i].shape[0], -1, q.shape[-1])
+                attn = padded_attention(grouped, cross_k[i], cross_v[i], keep, cfg.n_heads)
+                attn = attn.reshape(q.shape)
+            else:
+                attn = padded_attention(q, cross_k[i], cross_v[i], keep, cfg.n_heads)
             x = layer.sub_cross.outer(x, layer.cross_attn.w_o(attn))
             x = layer.sub_ffn.outer(x, layer.ffn(layer.sub_ffn.inner(x)))
         if model.decoder_norm is not None:
