@@ -345,6 +345,23 @@ def test_decoder_profile_profiles_the_decoder_generate_runs(in_place_bundle, tmp
         assert loop["wall_s"] > loop["decoder_s"] > 0
 
 
+# -- benchmarks/bundle_ab.py ------------------------------------------------------------------
+def test_bundle_ab_compares_two_bundles_cell_by_cell(runtime_case, tmp_path, capsys) -> None:
+    """A bundle against itself: one line per cell, every input's ids the same; a malformed
+    cell is refused."""
+    script = load_script("bundle_ab")
+    texts = tmp_path / "texts.txt"
+    texts.write_text("abc\nhgfedcba\n\nj\nabcabcab\n", encoding="utf-8")
+    bundle = str(runtime_case.bundle)
+    args = [bundle, bundle, "--input", str(texts), "--cells", "2x2,1x2", "--rounds", "2"]
+    assert script.main(args) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1].startswith("beam 2, batch 2:") and lines[2].startswith("greedy, batch 2:")
+    assert all(line.endswith("same ids 4/4") for line in lines[1:])
+    with pytest.raises(SystemExit):
+        script.main([bundle, bundle, "--input", str(texts), "--cells", "4by32"])
+
+
 # -- benchmarks/harness.py (shared by vs_ctranslate2.py and vs_optimum.py) ---------------------
 class _LoggingEngine:
     """One token per source; logs (name, beam, batches) of every call."""
