@@ -41,7 +41,9 @@ each input's generated ids plus one for `</s>` when it ended (CTranslate2: when 
 before max_len). Every engine uses `--threads` intra-op threads (default 1) and one
 inter-op thread; onnxruntime runs with graph optimization "all"; PyTorch eager runs the
 search on `TorchStep` (with the KV cache, measured for greedy only), CTranslate2 its
-`Translator.translate_batch` (beam search with length penalty 1, like edgeseq's default).
+`Translator.translate_batch` (beam search with length penalty 1, like edgeseq's default) at
+its best setting on this CPU (`CT2_FORCE_CPU_ISA=AVX512` where the CPU has AVX-512:
+`harness.ct2_best_isa`; a value already set is kept).
 Prints markdown; `--json` writes every number.
 """
 
@@ -61,6 +63,7 @@ from harness import (
     add_cell_options,
     cell_name,
     cpu_info,
+    ct2_best_isa,
     cut,
     emit_report,
     measure,
@@ -249,7 +252,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
     for compute_type in ("float32", "int8"):
         name = f"ctranslate2 {'fp32' if compute_type == 'float32' else compute_type}"
         engines.append(Ct2Engine(name, ct2_dir, compute_type, args.threads, cfg))
-    machine = cpu_info()
+    machine = cpu_info() | {"ct2_cpu_isa": os.environ.get("CT2_FORCE_CPU_ISA", "its default")}
     with torch.inference_mode():
         agree = agreement(engines, sources, max(args.batch_sizes))
         ct2 = agree[REFERENCE]
@@ -291,6 +294,7 @@ def run(args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark; print markdown (and write --json). Returns the exit status."""
     args = parse_args(argv)
+    os.environ.update(ct2_best_isa())  # before ctranslate2 loads
     try:
         import ctranslate2  # noqa: F401
     except ImportError:

@@ -50,6 +50,8 @@ def markdown(report: dict[str, Any]) -> str:
         gap = f" (the others are near ties: {a['tie_gap']:.1e} per token)" if "tie_gap" in a else ""
         lines.append(f"- {name}: {a['equal']}/{a['of']}{gap}")
     setting = f"{report['threads']} thread(s), {report['passes']} pass(es)"
+    if "ct2_cpu_isa" in report["machine"]:  # reports before it: CTranslate2's default
+        setting += f", CTranslate2 ISA {report['machine']['ct2_cpu_isa']}"
     lines += ["", machine_line(report["machine"], report["versions"], setting)]
     return "\n".join(lines).lstrip("\n")
 
