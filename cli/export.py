@@ -101,6 +101,15 @@ def _summary(manifest: dict[str, Any], seconds: float) -> str:
     "keeps in fp32; an encoder-decoder's output projection is quantized by default, gated).",
 )
 @click.option(
+    "--int8-weight-bits",
+    type=click.Choice(["7", "8"]),
+    default="7",
+    show_default=True,
+    help="int8: bits of the weights. 7 cannot saturate on any x86 CPU; 8 is closer to fp32 but "
+    "saturates on x86 CPUs without VNNI (AVX2, AVX-512 without VNNI): export 8 only for "
+    "machines with VNNI or ARM64 (docs/export.md, int8).",
+)
+@click.option(
     "--fuse/--no-fuse",
     default=True,
     show_default=True,
@@ -121,6 +130,7 @@ def export(
     variant_names: str,
     max_metric_drop: float,
     quantize_all: bool,
+    int8_weight_bits: str,
     fuse: bool,
 ) -> None:
     """Export SOURCE to an ONNX bundle at --out, with parity evidence in its manifest.
@@ -135,7 +145,12 @@ def export(
     from edgeseq.export.pipeline import export_checkpoint
     from edgeseq.export.variants import VariantOptions, parse_variants
 
-    variants = VariantOptions(parse_variants(variant_names), max_metric_drop, quantize_all)
+    variants = VariantOptions(
+        parse_variants(variant_names),
+        max_metric_drop,
+        quantize_all,
+        reduce_range=int8_weight_bits == "7",
+    )
     # With stdout redirected and stderr a terminal, a bar on stderr names the running step
     # and counts steps and seconds; the timestamped step lines go to stdout either way.
     with progress_bar(None, "step", "export", disable=sys.stdout.isatty()) as bar:

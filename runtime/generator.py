@@ -28,13 +28,14 @@ and every call keeps its state local.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from .bundle import Bundle, load_bundle
+from .bundle import Bundle, load_bundle, saturation_warning
 from .config import ModelConfig
 from .errors import InputTooLongError, OptionsError
 from .graph_search import (
@@ -67,6 +68,8 @@ from .step import StepModel
 from .tokenizer import TokenizerPair, utf8_text
 
 __all__ = ["Candidate", "Generator", "OpenOptions", "Result", "Source"]
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -137,6 +140,9 @@ class Generator:
             bundle = replace(bundle, languages=languages)
         kind = generator_class(bundle.architecture)  # runtime/kinds/: one module per kind
         variant = variant or bundle.default_variant
+        warning = saturation_warning(bundle.manifest, variant)
+        if warning is not None:
+            logger.warning("%s: %s", bundle.path, warning)
         generator = kind.open(
             bundle, OpenOptions(providers, threads, variant, optimization, search)
         )

@@ -122,6 +122,43 @@ def test_int8_weights_use_seven_bits(exported) -> None:
     assert weights and max(int(abs(w.astype(int)).max()) for w in weights) <= 64
 
 
+def test_int8_weight_bits_8_uses_the_full_range_and_warns_without_vnni(
+    exported, tmp_path, caplog
+) -> None:
+    """--int8-weight-bits 8: weights past 64 in magnitude, `reduce_range` false in the
+    manifest (the inplace decoder quantized likewise); loading the int8 variant on an x86
+    CPU without VNNI warns, with VNNI or on ARM64 it does not."""
+    from edgeseq.runtime.bundle import saturation_warning
+
+    ckpt, _, _ = exported
+    bundle = tmp_path / "b8"
+    argv = ["export", str(ckpt), "--out", str(bundle), "--variants", "fp32,int8,inplace"]
+    result = CliRunner().invoke(cli, [*argv, "--inputs", "20", "--int8-weight-bits", "8"])
+    assert result.exit_code == 0, result.output
+    manifest = _manifest(bundle)
+    assert manifest["variants"]["int8"]["quantization"]["reduce_range"] is False
+    for name in (manifest["variants"]["int8"]["decoder"], C.IN_PLACE_FILES["int8"]):
+        weights = [
+            onnx.numpy_helper.to_array(init)
+            for init in onnx.load(str(bundle / name)).graph.initializer
+            if init.data_type == onnx.TensorProto.INT8
+        ]
+        assert max(int(abs(w.astype(int)).max()) for w in weights) > 64
+    avx2 = frozenset({"avx2", "fma"})
+    assert "--int8-weight-bits 8" in saturation_warning(manifest, "int8", "x86_64", avx2)
+    assert saturation_warning(manifest, "int8", "x86_64", avx2 | {"avx512_vnni"}) is None
+    assert saturation_warning(manifest, "int8", "aarch64", None) is None
+    assert saturation_warning(manifest, "fp32", "x86_64", avx2) is None
+    assert saturation_warning(_manifest(exported[1]), "int8", "x86_64", avx2) is None
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("edgeseq.runtime.bundle.cpu_flags", lambda: avx2)
+        patch.setattr("edgeseq.runtime.bundle.platform.machine", lambda: "x86_64")
+        Generator.load(bundle, threads=1, variant="int8")
+    assert any("saturate" in record.getMessage() for record in caplog.records)
+    with pytest.raises(SystemExit):
+        cli.main([*argv, "--int8-weight-bits", "6"], standalone_mode=True)
+
+
 def test_int8_agreement_and_metric_are_measured_on_the_trained_model(exported) -> None:
     _, bundle, _ = exported
     table = _manifest(bundle)["variants"]
