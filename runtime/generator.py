@@ -35,8 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
-from .bundle import Bundle, load_bundle, saturation_warning
+from .bundle import Bundle, load_bundle
 from .config import ModelConfig
+from .cpu_features import saturation_warning
 from .errors import InputTooLongError, OptionsError
 from .graph_search import (
     SEARCH_MODES,

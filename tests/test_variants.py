@@ -128,7 +128,7 @@ def test_int8_weight_bits_8_uses_the_full_range_and_warns_without_vnni(
     """--int8-weight-bits 8: weights past 64 in magnitude, `reduce_range` false in the
     manifest (the inplace decoder quantized likewise); loading the int8 variant on an x86
     CPU without VNNI warns, with VNNI or on ARM64 it does not."""
-    from edgeseq.runtime.bundle import saturation_warning
+    from edgeseq.runtime.cpu_features import saturation_warning
 
     ckpt, _, _ = exported
     bundle = tmp_path / "b8"
@@ -151,8 +151,8 @@ def test_int8_weight_bits_8_uses_the_full_range_and_warns_without_vnni(
     assert saturation_warning(manifest, "fp32", "x86_64", avx2) is None
     assert saturation_warning(_manifest(exported[1]), "int8", "x86_64", avx2) is None
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("edgeseq.runtime.bundle.cpu_flags", lambda: avx2)
-        patch.setattr("edgeseq.runtime.bundle.platform.machine", lambda: "x86_64")
+        patch.setattr("edgeseq.runtime.cpu_features.cpu_flags", lambda: avx2)
+        patch.setattr("edgeseq.runtime.cpu_features.platform.machine", lambda: "x86_64")
         Generator.load(bundle, threads=1, variant="int8")
     assert any("saturate" in record.getMessage() for record in caplog.records)
     with pytest.raises(SystemExit):
