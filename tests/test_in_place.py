@@ -122,6 +122,41 @@ def test_select_paths_match_the_copying_step_model(in_place_bundle, monkeypatch,
         assert b.past_len == a.past_len and b.batch == a.batch
 
 
+def test_graphs_with_cross_kv_per_row_still_run(in_place_bundle, runtime_model, tmp_path):
+    """An in-place decoder exported with one cross K/V row per row (the layout before they
+    were per input) runs in InPlaceStep and InPlaceDeviceStep through every select path,
+    with the logits OrtStep gives; the current export takes them per input."""
+    import onnxruntime as ort
+
+    from edgeseq.export.kinds.seq2seq.in_place_graph import export_in_place_decoder
+    from edgeseq.runtime.kinds.in_place import per_input_cross
+    from edgeseq.runtime.kinds.in_place_device import InPlaceDeviceStep
+
+    path = tmp_path / "decoder.inplace.per-row.onnx"
+    export_in_place_decoder(runtime_model.model, path, per_input=False)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    gen, ref, current = _steps(in_place_bundle)
+    assert per_input_cross(current.decoder) and not per_input_cross(session)
+    src = gen._padded([gen.encode(t) for t in TEXTS[:4]])
+    for new in (
+        InPlaceStep(ref.encoder, session, gen.bundle.config),
+        InPlaceDeviceStep(ref.encoder, session, gen.bundle.config, "cpu"),
+    ):
+        a, b = ref.start(src), new.start(src)
+        rng = np.random.default_rng(0)
+        ids = np.full((4, 1), ref.bos_id, np.int64)
+        for rows in [None, *SELECTIONS]:
+            if rows is not None:
+                rows = np.array(rows, np.int64)
+                a, b = ref.select(a, rows), new.select(b, rows)
+                ids = rng.integers(len(C.SPECIAL_TOKENS), ref.vocab_size, (len(rows), 1))
+            want, a = ref.step(a, ids)
+            got, b = new.step(b, ids)
+            assert float(np.abs(got - want).max()) < 1e-4 and b.batch == a.batch
+
+
 def test_step_refuses_more_than_one_new_token(in_place_bundle) -> None:
     gen, _, new = _steps(in_place_bundle)
     state = new.start(gen._padded([gen.encode("abc")]))

@@ -60,7 +60,13 @@ class FusedInPlaceDecoder(FusedDecoderStep):
     Outputs: logits [B, 1, V]; present_k.i/present_v.i [B, H, M, dh], the buffers with
     position P written (the same memory as the inputs when bound so); the search's outputs
     topk_ids, topk_logits, log_normalizer are added to the graph (export/top_outputs.py).
+    `per_input` False: cross K/V [B, H, S, dh] and src_mask [B, S], one row per row (the
+    layout of graphs exported before, which the runtime still runs).
     """
+
+    def __init__(self, model: Seq2SeqTransformer, per_input: bool = True) -> None:
+        super().__init__(model)
+        self.per_input = per_input
 
     def forward(  # type: ignore[override]
         self,
@@ -95,16 +101,24 @@ class FusedInPlaceDecoder(FusedDecoderStep):
                 cache_indirection, n_heads,
             )  # fmt: skip
 
-        return self.layers(x, attend, cross_k, cross_v, src_mask, per_input=True)
+        return self.layers(x, attend, cross_k, cross_v, src_mask, per_input=self.per_input)
 
 
-def in_place_example(cfg: ModelConfig) -> tuple[Any, ...]:
-    """Example inputs: decoder_example's cross K/V and mask for 2 inputs x EXAMPLE_BEAM rows,
-    one new token, buffers longer than the filled positions, a shuffled indirection."""
+def in_place_example(cfg: ModelConfig, per_input: bool = True) -> tuple[Any, ...]:
+    """Example inputs: decoder_example's cross K/V and mask for 2 inputs x EXAMPLE_BEAM rows
+    (one row per input, or with `per_input` False repeated for each row), one new token,
+    buffers longer than the filled positions, a shuffled indirection."""
     sizes = example_sizes(cfg)
     inputs, past = sizes[C.BATCH], sizes[C.PAST_LEN]
     batch, length = inputs * EXAMPLE_BEAM, min(past + 3, cfg.max_len)
     _, _, _, cross_k, cross_v, src_mask = decoder_example(cfg)
+
+    if not per_input:
+        cross_k, cross_v, src_mask = (
+            tuple(t.repeat_interleave(EXAMPLE_BEAM, dim=0) for t in cross_k),
+            tuple(t.repeat_interleave(EXAMPLE_BEAM, dim=0) for t in cross_v),
+            src_mask.repeat_interleave(EXAMPLE_BEAM, dim=0),
+        )
 
     def buffers() -> tuple[Tensor, ...]:
         shape = (batch, cfg.n_heads, length, cfg.d_head)
@@ -129,31 +143,34 @@ def export_in_place_decoder(
     path: str | Path,
     opset: int | None = None,
     metadata: dict[str, str] | None = None,
+    per_input: bool = True,
 ) -> GraphInfo:
     """Write the in-place cache decoder graph (`FusedInPlaceDecoder`) to `path`; `metadata`
-    as for `export_decoder`. Fused only: the node is onnxruntime's."""
+    as for `export_decoder`. Fused only: the node is onnxruntime's. `per_input` False
+    writes the cross K/V layout of graphs exported before (one row per row)."""
     cfg, dims = model.cfg, graph_dims(model.cfg)
     batch, src_len = dims[C.BATCH], dims[C.SRC_LEN]
     cache_len = Dim(C.CACHE_LEN, min=1, max=cfg.max_positions)
     layers = cfg.n_decoder_layers
     cache = ({0: batch, 2: cache_len},) * layers
     inputs = Dim(C.INPUTS, min=1)
-    cross = ({0: inputs, 2: src_len},) * layers  # one row per input: per_input
+    rows = inputs if per_input else batch  # the cross K/V's and src_mask's first axis
+    cross = ({0: rows, 2: src_len},) * layers
     dynamic = {  # keyed by FusedInPlaceDecoder.forward's parameter names
         "input_ids": {0: batch},
         "past_k": cache,
         "past_v": cache,
         "cross_k": cross,
         "cross_v": cross,
-        "src_mask": {0: inputs, 1: src_len},
+        "src_mask": {0: rows, 1: src_len},
         "cache_mask": {0: batch, 1: Dim(C.ATTENDED_LEN, min=1, max=cfg.max_positions)},
         "past_length": None,
         "beam_width": None,
         "cache_indirection": {0: inputs, 1: Dim(C.BEAMS, min=1), 2: cache_len},
     }
     names = (C.in_place_decoder_inputs(layers), C.decoder_outputs(layers))
-    module = FusedInPlaceDecoder(model)
-    args = in_place_example(cfg)
+    module = FusedInPlaceDecoder(model, per_input)
+    args = in_place_example(cfg, per_input)
     edit = top_outputs_editor(cfg)  # + topk_ids, topk_logits, log_normalizer
     return export_module(module, args, dynamic, names, cfg, "decoder", path, opset, metadata, edit)
 
