@@ -133,8 +133,11 @@ def inspect_bundle(path: str | Path) -> tuple[str, list[str]]:
     lines += ["files:", format_table(rows, "  ")]
     for variant, info in manifest.get("variants", {}).items():
         info = info if isinstance(info, dict) else {}
-        verified = "verified" if info.get("verified") else "not verified"
-        lines.append(f"variant {variant} ({verified}):")
+        notes = ["verified" if info.get("verified") else "not verified"]
+        quantization = info.get("quantization")
+        if isinstance(quantization, dict) and "reduce_range" in quantization:
+            notes.append(f"{7 if quantization['reduce_range'] else 8}-bit weights")
+        lines.append(f"variant {variant} ({', '.join(notes)}):")
         for graph in ("encoder", "decoder", "model"):  # "model": a GPT or BERT bundle
             name = info.get(graph)
             if isinstance(name, str) and name not in bad and (path / name).is_file():

@@ -137,6 +137,8 @@ def test_int8_weight_bits_8_uses_the_full_range_and_warns_without_vnni(
     assert result.exit_code == 0, result.output
     manifest = _manifest(bundle)
     assert manifest["variants"]["int8"]["quantization"]["reduce_range"] is False
+    assert "variant int8 (verified, 8-bit weights):" in inspect_bundle(bundle)[0]
+    assert "variant int8 (verified, 7-bit weights):" in inspect_bundle(exported[1])[0]
     for name in (manifest["variants"]["int8"]["decoder"], C.IN_PLACE_FILES["int8"]):
         weights = [
             onnx.numpy_helper.to_array(init)
