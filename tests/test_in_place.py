@@ -106,7 +106,12 @@ def test_select_paths_match_the_copying_step_model(in_place_bundle, monkeypatch,
     gathers, buffers that must grow) gives the logits OrtStep gives on the same rows."""
     monkeypatch.setattr(in_place_module, "MIN_CACHE_LEN", min_cache_len)
     gen, ref, new = _steps(in_place_bundle)
-    src = gen._padded([gen.encode(t) for t in TEXTS[:4]])
+    _check_select_paths(ref, new, gen._padded([gen.encode(t) for t in TEXTS[:4]]))
+
+
+def _check_select_paths(ref, new, src) -> None:
+    """Step model `new` through a step after each of SELECTIONS on sources src (4 rows) gives
+    the logits `ref` gives on the same rows."""
     a, b = ref.start(src), new.start(src)
     rng = np.random.default_rng(0)
     ids = np.full((4, 1), ref.bos_id, np.int64)
@@ -144,17 +149,7 @@ def test_graphs_with_cross_kv_per_row_still_run(in_place_bundle, runtime_model, 
         InPlaceStep(ref.encoder, session, gen.bundle.config),
         InPlaceDeviceStep(ref.encoder, session, gen.bundle.config, "cpu"),
     ):
-        a, b = ref.start(src), new.start(src)
-        rng = np.random.default_rng(0)
-        ids = np.full((4, 1), ref.bos_id, np.int64)
-        for rows in [None, *SELECTIONS]:
-            if rows is not None:
-                rows = np.array(rows, np.int64)
-                a, b = ref.select(a, rows), new.select(b, rows)
-                ids = rng.integers(len(C.SPECIAL_TOKENS), ref.vocab_size, (len(rows), 1))
-            want, a = ref.step(a, ids)
-            got, b = new.step(b, ids)
-            assert float(np.abs(got - want).max()) < 1e-4 and b.batch == a.batch
+        _check_select_paths(ref, new, src)
 
 
 def test_step_refuses_more_than_one_new_token(in_place_bundle) -> None:
