@@ -17,7 +17,8 @@ the share of the wall time spent outside the two sessions is the Python loop (se
 numpy, cache gathers for beam search, tokenization). Then onnxruntime's profiler is
 switched on (`SessionOptions.enable_profiling`), one warm-up call runs, and `--passes`
 passes are profiled. Prints the decoder session's kernel time per operator type (the sum
-of its nodes' `*_kernel_time` events), largest first, with its share and its node count.
+of its nodes' `*_kernel_time` events), largest first, with its share and its node count;
+`--nodes N` adds the N costliest nodes by name (the output projection among the MatMuls).
 Profiling slows the run a little: compare the shares, not the absolute times, with
 `edgeseq bench`. The profile files are written to a temporary directory and deleted.
 """
@@ -50,6 +51,17 @@ def kernel_time_by_op(profile: Path) -> tuple[collections.Counter, collections.C
             micros[op] += event["dur"]
             events[op] += 1
     return micros, events
+
+
+def kernel_time_by_node(profile: Path) -> collections.Counter:
+    """Microseconds per (node name, operator type) from an onnxruntime profile file: which
+    node of a type costs what (the output projection among the MatMuls, say)."""
+    micros: collections.Counter = collections.Counter()
+    for event in json.loads(profile.read_text()):
+        if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+            node = event["name"].removesuffix("_kernel_time")
+            micros[node, event["args"].get("op_name", "?")] += event["dur"]
+    return micros
 
 
 class TimedSession:
@@ -163,6 +175,7 @@ def main() -> None:
         "--max-new-tokens", type=int, help="the cap (default: generate's, from the bundle)"
     )
     parser.add_argument("--top", type=int, default=12, help="operator types listed")
+    parser.add_argument("--nodes", type=int, default=0, help="also list the N costliest nodes")
     parser.add_argument("--input", type=Path, help="source texts, one per line (default: g2p)")
     parser.add_argument(
         "--decoder",
@@ -195,6 +208,7 @@ def main() -> None:
             args.decoder,
         )
         micros, events = kernel_time_by_op(profile)
+        nodes = kernel_time_by_node(profile)
     total = sum(micros.values())
     search = "greedy" if args.beam_size == 1 else f"beam {args.beam_size}"
     print(
@@ -213,6 +227,12 @@ def main() -> None:
     rest = total - sum(v for _, v in micros.most_common(args.top))
     if rest:
         print(f"| (other) | {rest / 1e3:,.1f} | {100 * rest / total:.1f}% | |")
+    if args.nodes:
+        print()
+        print("| node | operator | kernel ms | share |")
+        print("|---|---|--:|--:|")
+        for (node, op), value in nodes.most_common(args.nodes):
+            print(f"| {node} | {op} | {value / 1e3:,.1f} | {100 * value / total:.1f}% |")
 
 
 if __name__ == "__main__":

@@ -317,6 +317,10 @@ def test_decoder_profile_counts_kernel_time_and_no_layer_slicing(runtime_case, t
         )
         micros, events = script.kernel_time_by_op(profile)
         assert seconds > 0 and micros["MatMul"] > 0 and events["MatMul"] > 0
+        nodes = script.kernel_time_by_node(profile)  # the same time, split by node
+        for op in micros:
+            assert sum(v for (_, o), v in nodes.items() if o == op) == micros[op]
+        assert len([o for _, o in nodes if o == "MatMul"]) > 1
         assert set(micros) == set(events) and all(v >= 0 for v in micros.values())
         assert events.get("Split", 0) * 2 == events.get("MultiHeadAttention", 0)
         loop = script.loop_share(str(runtime_case.bundle), "fp32", words, generation, 1)
