@@ -42,7 +42,7 @@ SEARCH_MODES = ("auto", "graph", "loop")  # which path `Generator.generate` take
 # `step_macs` stays within this. Per decoder step the graph saves the loop's fixed Python cost
 # and keeps every row until the whole batch is done (the loop drops finished inputs), so it
 # pays off only while a step's compute is small. Measured with benchmarks/graph_vs_loop.py (1
-# thread, AVX-512 EPYC, docs/experiments.md): g2p-en (6.4 M MACs per hypothesis) graph / loop
+# thread, AVX-512 EPYC, docs/experiments-search.md): g2p-en (6.4 M MACs per hypothesis) graph / loop
 # 1.00-1.41x at 1-8 hypotheses, 0.87-0.95x at 16-32, fp32 and int8: the limit is g2p-en's 8
 # hypotheses (51.5 M), short of 9 (58 M). random-d512 (26 M MACs; 8,000-token vocabulary,
 # 64-token outputs) then takes the graph at 1-2 hypotheses (greedy batch 1-2, measured
