@@ -28,8 +28,8 @@ at the top of each page that build what the page reads).
 
 Not run: what a page marks `# not run here`: providers.md's CUDA-fallback warning (needs a GPU
 that onnxruntime cannot use) and OpenVINO example; serve.md's API-key commands (they write
-/run/secrets and serve on 0.0.0.0) and `benchmarks/serve_load.py` (60 s per server and round,
-4 rounds: over 8 minutes; its table is a measurement, not a check). SKIP's commands, each with
+/run/secrets and serve on 0.0.0.0) and `benchmarks/serve_load.py` (up to 40 s per server and
+round, 2 rounds: minutes; its table is a measurement, not a check). SKIP's commands, each with
 its reason.
 
 Times here, on 2 cores: runtime.md 4.3 minutes when the cores were otherwise idle (its three
