@@ -177,13 +177,16 @@ def add_cell_options(parser: argparse.ArgumentParser) -> None:
 
 # -- the report -------------------------------------------------------------------------------
 def cpu_info() -> dict[str, Any]:
-    """CPU model and the SIMD flags int8 kernels depend on (from lscpu, Linux)."""
+    """CPU model (from lscpu, Linux) and the SIMD flags int8 kernels depend on (the runtime's
+    own reading of them, runtime/cpu_features.py)."""
+    from edgeseq.runtime.cpu_features import cpu_flags
+
     try:
         text = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
     except OSError:
         text = ""
     fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    flags = set(fields.get("Flags", "").split())
+    flags = cpu_flags() or frozenset()
     wanted = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "amx_int8")
     return {
         "model": fields.get("Model name", platform.processor()).strip(),
